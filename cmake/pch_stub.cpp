@@ -1,0 +1,1 @@
+// Compiles the shared precompiled header (<torch/torch.h>) that every target reuses.

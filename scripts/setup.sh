@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One-command setup: installs every system package autocompress needs from Debian's
+# repositories, non-interactively and idempotently. Safe to run again.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build ccache pkg-config git
+  # LibTorch (CPU) and a fast BLAS: without libopenblas0-pthread Debian's LibTorch uses the
+  # reference BLAS and fp32 matmul is ~25x slower.
+  libtorch-dev libopenblas0-pthread
+  # MPI and parallel HDF5 (the openmpi flavour, so HDF5 links the same MPI)
+  openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
+  # launcher and tests
+  libboost-program-options-dev libgtest-dev libgmock-dev nlohmann-json3-dev
+  # scripts that check files with the reference readers
+  python3 python3-numpy python3-h5py
+)
+
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+
+# Make sure the pthread OpenBLAS is the selected libblas.so.3 (Debian alternatives).
+for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
+  cand=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-pthread | head -n1 || true)
+  if [ -n "$cand" ]; then $SUDO update-alternatives --set "$alt" "$cand" >/dev/null; fi
+done
+echo "setup: done"
