@@ -1,0 +1,49 @@
+// How a subcommand plugs into the `autocompress` launcher. Each launcher/cmd_*.cpp file
+// defines its subcommands and registers them with AC_REGISTER_SUBCOMMAND; main.cpp parses
+// the command line and INI config, builds the run context and calls run().
+#pragma once
+
+#include <boost/program_options.hpp>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ac::dist { class Runtime; }
+
+namespace ac::launcher {
+
+namespace po = boost::program_options;
+
+struct RunContext {
+  dist::Runtime& runtime;
+  std::string subcommand;        // e.g. "bench comm"
+  std::vector<std::string> argv; // the full command line, for the manifest
+  nlohmann::json config;         // resolved options: {name: {"value": ..., "source": "default|config|cli"}}
+
+  // Writes <dir>/manifest.json (rank 0 only, atomically): command line, resolved config,
+  // version, build features, world layout (pass the layout of the run, e.g. tp/dp sizes).
+  void write_manifest(const std::string& dir, const nlohmann::json& layout) const;
+};
+
+struct Subcommand {
+  std::string name;     // words separated by single spaces: "env", "bench comm", "data preprocess"
+  std::string summary;  // one line for `autocompress --help`
+  // Adds this subcommand's options. --help and --config are added by the launcher.
+  std::function<void(po::options_description&)> add_options;
+  // Runs it; returns an exit code. Throw ac::InputError for bad usage or input (exit 2),
+  // anything else is a runtime failure (exit 1). Multi-rank errors abort every rank.
+  std::function<int(const po::variables_map&, RunContext&)> run;
+};
+
+bool register_subcommand(Subcommand cmd);
+const std::vector<Subcommand>& subcommands();
+
+}  // namespace ac::launcher
+
+#define AC_CONCAT_INNER(a, b) a##b
+#define AC_CONCAT(a, b) AC_CONCAT_INNER(a, b)
+// Registers a subcommand at static-initialization time; use once per Subcommand in a
+// launcher/cmd_*.cpp file (those files are compiled straight into the executable).
+#define AC_REGISTER_SUBCOMMAND(expr) \
+  static const bool AC_CONCAT(ac_registered_, __LINE__) = ::ac::launcher::register_subcommand(expr)
