@@ -34,6 +34,8 @@ struct Subcommand {
   // Runs it; returns an exit code. Throw ac::InputError for bad usage or input (exit 2),
   // anything else is a runtime failure (exit 1). Multi-rank errors abort every rank.
   std::function<int(const po::variables_map&, RunContext&)> run;
+  // Optional: positional arguments (e.g. `checkpoint inspect PATH`), mapped to named options.
+  std::function<void(po::positional_options_description&)> add_positional = nullptr;
 };
 
 bool register_subcommand(Subcommand cmd);

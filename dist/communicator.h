@@ -1,0 +1,45 @@
+// Collectives on torch tensors over one process group. MpiCommunicator serves CPU tensors;
+// NcclCommunicator serves CUDA tensors (built when CUDA and NCCL are found). All calls are
+// collective: every rank of the group calls them in the same order with matching shapes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace ac::dist {
+
+enum class ReduceOp { Sum, Max, Avg };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // In place. bf16/f16 are reduced in fp32 on the MPI path (see docs/dist.md); Avg on
+  // integer tensors truncates.
+  virtual void all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::Sum) = 0;
+  // out = concatenation of every rank's `in` along dim 0 (out.size(0) == size() * in.size(0)).
+  virtual void all_gather(at::Tensor& out, const at::Tensor& in) = 0;
+  // in is size() equal blocks along dim 0; rank r receives the reduction of block r.
+  virtual void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum) = 0;
+  virtual void broadcast(at::Tensor& tensor, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// Duplicates `comm`, so the communicator owns its own MPI context.
+std::shared_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);
+// A group of one (for TP = 1 or DP = 1): every collective is the identity.
+std::shared_ptr<Communicator> make_self_communicator();
+// backend: "mpi" or "nccl". "nccl" throws when this build has no NCCL.
+std::shared_ptr<Communicator> make_communicator(const std::string& backend, MPI_Comm comm, int device_index = 0);
+
+bool nccl_available();                       // built with NCCL
+std::optional<std::string> nccl_version();   // "2.27.3" when built with NCCL
+
+}  // namespace ac::dist

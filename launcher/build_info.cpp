@@ -1,0 +1,42 @@
+// Build features and library versions for `env` and manifests.
+#include "launcher/build_info.h"
+
+#include <ATen/Parallel.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include "autocompress/build_info.h"
+#include "dist/communicator.h"
+#include "dist/runtime.h"
+
+namespace ac::launcher {
+
+nlohmann::json build_features() {
+  nlohmann::json j;
+  j["autocompress"] = {{"version", AC_VERSION}, {"git", AC_GIT_DESCRIBE}, {"build_type", AC_BUILD_TYPE},
+                       {"compiler", AC_CXX_COMPILER}};
+  j["libtorch"] = {{"version", TORCH_VERSION}, {"cuda", bool(AC_TORCH_HAS_CUDA)}};
+  int mpi_major = 0, mpi_minor = 0;
+  MPI_Get_version(&mpi_major, &mpi_minor);
+  j["mpi"] = {{"library", dist::mpi_library_version()},
+              {"standard", std::to_string(mpi_major) + "." + std::to_string(mpi_minor)}};
+  unsigned h5_major = 0, h5_minor = 0, h5_rel = 0;
+  H5get_libversion(&h5_major, &h5_minor, &h5_rel);
+  j["hdf5"] = {{"version", std::to_string(h5_major) + "." + std::to_string(h5_minor) + "." + std::to_string(h5_rel)},
+#ifdef H5_HAVE_PARALLEL
+               {"parallel", true}};
+#else
+               {"parallel", false}};
+#endif
+  const auto nccl = dist::nccl_version();
+  j["nccl"] = {{"built", dist::nccl_available()}, {"version", nccl ? *nccl : std::string()}};
+  j["cuda"] = {{"toolkit", std::string(AC_CUDA_TOOLKIT_VERSION)},
+               {"torch_cuda_available", torch::cuda::is_available()},
+               {"devices", torch::cuda::is_available() ? torch::cuda::device_count() : 0}};
+  j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()}};
+  return j;
+}
+
+}  // namespace ac::launcher

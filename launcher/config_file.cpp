@@ -1,0 +1,130 @@
+// INI config parsing, subcommand registry and run manifests.
+#include "launcher/config_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <ctime>
+#include <unistd.h>
+
+#include "dist/error.h"
+#include "dist/runtime.h"
+#include "launcher/build_info.h"
+#include "launcher/command.h"
+
+namespace po = boost::program_options;
+
+namespace ac::launcher {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r");
+  return s.substr(b, e - b + 1);
+}
+
+std::string normalize_section(std::string s) {
+  for (char& c : s)
+    if (c == ' ' || c == '-' || c == '_') c = '.';
+  return s;
+}
+
+std::vector<Subcommand>& registry() {
+  static std::vector<Subcommand> commands;
+  return commands;
+}
+
+}  // namespace
+
+po::parsed_options parse_ini_config(const std::string& path, const std::string& subcommand,
+                                    const po::options_description& desc) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "--config", "cannot open the config file");
+  po::parsed_options parsed(&desc);
+  const std::string mine = normalize_section(subcommand);
+  std::string section;
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    std::string t = trim(line);
+    if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    if (t.front() == '[') {
+      if (t.back() != ']') throw InputError(path, "line " + std::to_string(lineno), "unterminated section header");
+      section = normalize_section(trim(t.substr(1, t.size() - 2)));
+      continue;
+    }
+    const auto eq = t.find('=');
+    if (eq == std::string::npos)
+      throw InputError(path, "line " + std::to_string(lineno), "expected 'key = value', got '" + t + "'");
+    const std::string key = trim(t.substr(0, eq));
+    std::string value = trim(t.substr(eq + 1));
+    if (!section.empty() && section != mine) continue;  // another subcommand's section
+    const po::option_description* opt = desc.find_nothrow(key, false);
+    if (!opt || key == "config" || key == "help")
+      throw InputError(path, key, "unknown option for 'autocompress " + subcommand + "' (line " +
+                                      std::to_string(lineno) + ")");
+    po::option o;
+    o.string_key = key;
+    o.value.push_back(value);
+    o.original_tokens = {key, value};
+    parsed.options.push_back(o);
+  }
+  return parsed;
+}
+
+nlohmann::json option_value_json(const po::variable_value& v) {
+  const boost::any& a = v.value();
+  if (a.empty()) return nullptr;
+  if (auto p = boost::any_cast<std::string>(&a)) return *p;
+  if (auto p = boost::any_cast<int>(&a)) return *p;
+  if (auto p = boost::any_cast<long>(&a)) return *p;
+  if (auto p = boost::any_cast<long long>(&a)) return *p;
+  if (auto p = boost::any_cast<unsigned>(&a)) return *p;
+  if (auto p = boost::any_cast<unsigned long>(&a)) return *p;
+  if (auto p = boost::any_cast<double>(&a)) return *p;
+  if (auto p = boost::any_cast<float>(&a)) return *p;
+  if (auto p = boost::any_cast<bool>(&a)) return *p;
+  if (auto p = boost::any_cast<std::vector<std::string>>(&a)) return *p;
+  if (auto p = boost::any_cast<std::vector<int>>(&a)) return *p;
+  if (auto p = boost::any_cast<std::vector<long>>(&a)) return *p;
+  if (auto p = boost::any_cast<std::vector<double>>(&a)) return *p;
+  return "<" + std::string(a.type().name()) + ">";
+}
+
+bool register_subcommand(Subcommand cmd) {
+  auto& r = registry();
+  r.push_back(std::move(cmd));
+  std::sort(r.begin(), r.end(), [](const Subcommand& a, const Subcommand& b) { return a.name < b.name; });
+  return true;
+}
+
+const std::vector<Subcommand>& subcommands() { return registry(); }
+
+void RunContext::write_manifest(const std::string& dir, const nlohmann::json& layout) const {
+  if (!runtime.is_root()) return;
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  nlohmann::json m;
+  m["format"] = "autocompress-manifest";
+  m["format_version"] = 1;
+  m["subcommand"] = subcommand;
+  m["argv"] = argv;
+  m["config"] = config;
+  m["build"] = build_features();
+  m["world"] = {{"size", runtime.world_size()}, {"local_size", runtime.local_size()}, {"device", runtime.device()}};
+  m["layout"] = layout;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  m["host"] = host;
+  m["written_at_unix"] = static_cast<int64_t>(std::time(nullptr));
+  const fs::path final_path = fs::path(dir) / "manifest.json";
+  const fs::path tmp = fs::path(dir) / "manifest.json.tmp";
+  {
+    std::ofstream out(tmp);
+    out << m.dump(2) << "\n";
+    if (!out) throw std::runtime_error(tmp.string() + ": cannot write the run manifest");
+  }
+  fs::rename(tmp, final_path);
+}
+
+}  // namespace ac::launcher

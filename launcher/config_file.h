@@ -1,0 +1,20 @@
+// INI config files for the launcher, and option values as JSON for the run manifest.
+#pragma once
+
+#include <boost/any.hpp>
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace ac::launcher {
+
+// Reads an INI file for `subcommand`: top-level keys and the keys of the section named after
+// the subcommand ("[bench.comm]", "[bench comm]" or "[bench-comm]") are options of it; other
+// sections belong to other subcommands and are skipped. An unknown key, a syntax error or an
+// unreadable file throws ac::InputError naming the file, line and key.
+boost::program_options::parsed_options parse_ini_config(const std::string& path, const std::string& subcommand,
+                                                        const boost::program_options::options_description& desc);
+
+nlohmann::json option_value_json(const boost::program_options::variable_value& v);
+
+}  // namespace ac::launcher

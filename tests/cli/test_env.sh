@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# `autocompress env`: versions, a planned grid, the real grid under mpirun, refusals,
+# config files with command-line overrides, and the run manifest.
+source "$(dirname "$0")/lib.sh"
+T=$AC_TEST_TMP
+
+expect_rc 0 "$AC_BIN" env
+expect_out "LibTorch"
+expect_out "MPI  "
+expect_out "HDF5"
+expect_out "NCCL"
+expect_out "Rank grid: TP 1 x DP 1 = 1 ranks"
+
+# Planning a grid without mpirun.
+expect_rc 0 "$AC_BIN" env --tp 2 --dp 2
+expect_out "Rank grid: TP 2 x DP 2 = 4 ranks"
+expect_out "TP groups: \[0 1\] \[2 3\]"
+expect_out "DP groups: \[0 2\] \[1 3\]"
+expect_rc 2 "$AC_BIN" env --tp 8 --dp 1 --heads 4
+expect_out "larger than the 4 attention heads"
+
+# The real grid under mpirun, and its JSON.
+expect_rc 0 $MPIEXEC -n 4 "$AC_BIN" env --tp 2
+expect_out "Rank grid: TP 2 x DP 2 = 4 ranks"
+expect_out "local_rank"
+expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" env --json
+python3 -c "import json,sys; d=json.load(open('$T/out')); assert d['layout']['dp']==2 and d['layout']['tp']==1, d['layout']" \
+  || fail "env --json under 2 ranks"
+
+# A bad layout: 3 ranks with TP = 2 is refused on every rank, exit 2, no hang.
+start=$(date +%s)
+expect_rc 2 $MPIEXEC -n 3 "$AC_BIN" env --tp 2
+expect_out "world size 3 is not divisible by the tensor-parallel size 2"
+[ $(( $(date +%s) - start )) -lt 30 ] || fail "bad layout took too long"
+
+# Config file + command-line override + manifest.
+cat >"$T/run.cfg" <<CFG
+# comment
+tp = 2
+[env]
+dp = 2
+[bench.comm]
+max-bytes = 1MiB
+CFG
+rm -rf "$T/run1"
+expect_rc 0 "$AC_BIN" env --config "$T/run.cfg" --out "$T/run1"
+expect_out "Rank grid: TP 2 x DP 2 = 4 ranks"
+expect_rc 0 "$AC_BIN" env --config "$T/run.cfg" --tp 4 --dp 1 --out "$T/run2"
+expect_out "Rank grid: TP 4 x DP 1 = 4 ranks"
+python3 - "$T" <<'PY' || fail "manifest"
+import json, sys
+t = sys.argv[1]
+m = json.load(open(f"{t}/run2/manifest.json"))
+assert m["subcommand"] == "env", m["subcommand"]
+assert m["config"]["tp"] == {"value": 4, "source": "cli"}, m["config"]["tp"]
+assert m["config"]["dp"] == {"value": 1, "source": "cli"}, m["config"]["dp"]
+assert m["config"]["heads"]["source"] == "default"
+assert m["config"]["config"]["source"] == "cli"
+assert m["layout"]["tp"] == 4 and m["layout"]["dp"] == 1
+for k in ("libtorch", "mpi", "hdf5", "nccl", "cuda", "threads", "autocompress"):
+    assert k in m["build"], k
+m1 = json.load(open(f"{t}/run1/manifest.json"))
+assert m1["config"]["tp"] == {"value": 2, "source": "config"}, m1["config"]["tp"]
+assert m1["config"]["dp"] == {"value": 2, "source": "config"}, m1["config"]["dp"]
+print("manifest ok")
+PY
+[ ! -e "$T/run2/manifest.json.tmp" ] || fail "temporary manifest left behind"
+
+# Bad config files: unknown key, malformed line, missing file -> exit 2 naming file and key.
+printf 'tp = 2\nbogus = 1\n' >"$T/bad.cfg"
+expect_rc 2 "$AC_BIN" env --config "$T/bad.cfg"
+expect_out "bad.cfg: bogus: unknown option for 'autocompress env' (line 2)"
+printf '[env]\nthis line has no equals\n' >"$T/bad2.cfg"
+expect_rc 2 "$AC_BIN" env --config "$T/bad2.cfg"
+expect_out "bad2.cfg: line 2: expected 'key = value'"
+expect_rc 2 "$AC_BIN" env --config "$T/missing.cfg"
+expect_out "missing.cfg: --config: cannot open"
+printf 'tp = two\n' >"$T/bad3.cfg"
+expect_rc 2 "$AC_BIN" env --config "$T/bad3.cfg"
+expect_out "tp"
+echo PASS

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# --help for the tool and every subcommand; exit codes 0 / 2.
+source "$(dirname "$0")/lib.sh"
+
+expect_rc 0 "$AC_BIN" --help
+expect_out "Subcommands:"
+expect_out "  env "
+expect_out "  bench comm "
+# Every listed subcommand has its own --help.
+subs=$(sed -n '/^Subcommands:/,/^$/p' "$AC_TEST_TMP/out" | sed '1d;$d' | awk '{ if ($1 == "bench" || $1 == "data" || $1 == "model" || $1 == "cost" || $1 == "checkpoint") print $1" "$2; else print $1 }')
+[ -n "$subs" ] || fail "no subcommands listed"
+while IFS= read -r s; do
+  expect_rc 0 "$AC_BIN" $s --help
+  expect_out "Usage: autocompress $s"
+  expect_out "--config"
+done <<<"$subs"
+
+expect_rc 0 "$AC_BIN" --version
+expect_out "autocompress 0."
+expect_rc 2 "$AC_BIN"
+expect_rc 2 "$AC_BIN" no-such-command
+expect_out "unknown subcommand 'no-such-command'"
+expect_rc 2 "$AC_BIN" env --no-such-option
+expect_out "unrecognised option '--no-such-option'"
+expect_rc 2 "$AC_BIN" env --tp notanumber
+expect_rc 0 "$AC_BIN" bench --help
+expect_out "bench comm"
+echo PASS
