@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -125,6 +126,17 @@ std::string format_comm_table(const std::vector<CommBenchRow>& rows, int world_s
        << std::fixed << std::setprecision(3) << std::setw(12) << r.ours_busbw << std::setw(12) << r.mpi_busbw
        << std::setprecision(2) << std::setw(8) << r.ratio() << "\n";
   }
+  // One number per (op, dtype): the geometric mean of the ratios over sizes.
+  std::vector<std::pair<std::string, std::pair<double, int>>> means;
+  for (const auto& r : rows) {
+    const std::string key = r.op + " " + r.dtype;
+    auto it = std::find_if(means.begin(), means.end(), [&](const auto& m) { return m.first == key; });
+    if (it == means.end()) it = means.insert(means.end(), {key, {0.0, 0}});
+    it->second.first += std::log(std::max(r.ratio(), 1e-9));
+    it->second.second += 1;
+  }
+  for (const auto& [key, acc] : means)
+    os << "geomean ratio " << key << ": " << std::setprecision(2) << std::exp(acc.first / acc.second) << "\n";
   return os.str();
 }
 

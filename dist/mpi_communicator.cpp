@@ -130,7 +130,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_native(at::Tensor& c, ReduceOp op) {
     MPI_Datatype type = mpi_type(c.scalar_type());
     if (type == MPI_DATATYPE_NULL)
-      throw std::invalid_argument(std::string("all_reduce: unsupported dtype ") + at::toString(c.scalar_type()));
+      throw std::invalid_argument(std::string("all_reduce: unsupported dtype ") + c10::toString(c.scalar_type()));
     const int64_t n = c.numel();
     auto* p = static_cast<char*>(c.data_ptr());
     for (int64_t off = 0; off < n; off += kMaxCount)

@@ -37,7 +37,7 @@ ncclDataType_t nccl_type(at::ScalarType t) {
     case at::kInt: return ncclInt32;
     case at::kChar: return ncclInt8;
     case at::kByte: return ncclUint8;
-    default: throw std::invalid_argument(std::string("nccl: unsupported dtype ") + at::toString(t));
+    default: throw std::invalid_argument(std::string("nccl: unsupported dtype ") + c10::toString(t));
   }
 }
 

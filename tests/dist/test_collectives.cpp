@@ -1,5 +1,6 @@
-// Every collective of the MPI communicator, every dtype, against hand-computed results.
-// Runs at 1, 2 and 4 ranks.
+// Every collective, every dtype, against hand-computed results, at 1, 2 and 4 ranks.
+// Backends: "mpi" on CPU tensors always; "nccl" on CUDA tensors when this build has NCCL
+// and LibTorch sees a GPU (otherwise those cases are reported as skipped).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -20,79 +21,103 @@ struct World {
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kLong};
 
-// Values exactly representable in bf16/f16 for every rank count used here.
-torch::Tensor rank_values(int rank, int64_t n, torch::ScalarType dt) {
-  return (torch::arange(n, torch::kDouble) + 10.0 * (rank + 1)).to(dt);
-}
+using Param = std::tuple<std::string, torch::ScalarType>;
 
 }  // namespace
 
-class Collectives : public ::testing::TestWithParam<torch::ScalarType> {};
+class Collectives : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    backend_ = std::get<0>(GetParam());
+    dtype_ = std::get<1>(GetParam());
+    if (backend_ == "nccl") {
+      if (!ac::dist::nccl_available()) GTEST_SKIP() << "built without NCCL";
+      if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible to LibTorch";
+      World w;
+      device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(w.rank % torch::cuda::device_count()));
+    }
+    comm_ = ac::dist::make_communicator(backend_, MPI_COMM_WORLD, device_.is_cuda() ? device_.index() : 0);
+  }
+  // Values exactly representable in bf16/f16 for every rank count used here.
+  torch::Tensor rank_values(int rank, int64_t n) const {
+    return (torch::arange(n, torch::kDouble) + 10.0 * (rank + 1)).to(dtype_).to(device_);
+  }
+  torch::Tensor zeros(at::IntArrayRef shape) const {
+    return torch::zeros(shape, torch::TensorOptions().dtype(dtype_).device(device_));
+  }
+  static torch::Tensor host(const torch::Tensor& t) { return t.to(torch::kCPU).to(torch::kDouble); }
+
+  std::string backend_;
+  torch::ScalarType dtype_ = torch::kFloat;
+  torch::Device device_ = torch::kCPU;
+  std::shared_ptr<ac::dist::Communicator> comm_;
+};
 
 TEST_P(Collectives, AllReduceSumMaxAvg) {
   World w;
-  auto comm = ac::dist::make_mpi_communicator(MPI_COMM_WORLD);
-  const auto dt = GetParam();
+  auto& comm = comm_;
   const int64_t n = 37;
   double rank_sum = 0;
   for (int r = 0; r < w.size; ++r) rank_sum += 10.0 * (r + 1);
   torch::Tensor idx = torch::arange(n, torch::kDouble);
 
-  torch::Tensor t = rank_values(w.rank, n, dt);
+  torch::Tensor t = rank_values(w.rank, n);
   comm->all_reduce(t, ReduceOp::Sum);
-  EXPECT_EQ(t.scalar_type(), dt);
-  EXPECT_TRUE(torch::equal(t.to(torch::kDouble), idx * w.size + rank_sum));
+  EXPECT_EQ(t.scalar_type(), dtype_);
+  EXPECT_TRUE(torch::equal(host(t), idx * w.size + rank_sum));
 
-  t = rank_values(w.rank, n, dt);
+  t = rank_values(w.rank, n);
   comm->all_reduce(t, ReduceOp::Max);
-  EXPECT_TRUE(torch::equal(t.to(torch::kDouble), idx + 10.0 * w.size));
+  EXPECT_TRUE(torch::equal(host(t), idx + 10.0 * w.size));
 
-  t = rank_values(w.rank, n, dt) * w.size;  // so the average is exact for integers too
+  t = rank_values(w.rank, n) * w.size;  // so the average is exact for integers too
   comm->all_reduce(t, ReduceOp::Avg);
-  EXPECT_TRUE(torch::equal(t.to(torch::kDouble), (idx * w.size + rank_sum)));
+  EXPECT_TRUE(torch::equal(host(t), (idx * w.size + rank_sum)));
 }
 
 TEST_P(Collectives, AllGatherConcatenatesAlongDim0) {
   World w;
-  auto comm = ac::dist::make_mpi_communicator(MPI_COMM_WORLD);
-  const auto dt = GetParam();
-  torch::Tensor in = rank_values(w.rank, 6, dt).view({2, 3});
-  torch::Tensor out = torch::zeros({2 * w.size, 3}, torch::TensorOptions().dtype(dt));
+  auto& comm = comm_;
+  torch::Tensor in = rank_values(w.rank, 6).view({2, 3});
+  torch::Tensor out = zeros({2 * w.size, 3});
   comm->all_gather(out, in);
   for (int r = 0; r < w.size; ++r)
-    EXPECT_TRUE(torch::equal(out.narrow(0, 2 * r, 2), rank_values(r, 6, dt).view({2, 3}))) << "block " << r;
+    EXPECT_TRUE(torch::equal(host(out.narrow(0, 2 * r, 2)), host(rank_values(r, 6).view({2, 3})))) << "block " << r;
 }
 
 TEST_P(Collectives, ReduceScatterGivesEachRankItsBlock) {
   World w;
-  auto comm = ac::dist::make_mpi_communicator(MPI_COMM_WORLD);
-  const auto dt = GetParam();
+  auto& comm = comm_;
   const int64_t block = 5;
-  torch::Tensor in = rank_values(w.rank, block * w.size, dt);
-  torch::Tensor out = torch::zeros({block}, torch::TensorOptions().dtype(dt));
+  torch::Tensor in = rank_values(w.rank, block * w.size);
+  torch::Tensor out = zeros({block});
   comm->reduce_scatter(out, in, ReduceOp::Sum);
   double rank_sum = 0;
   for (int r = 0; r < w.size; ++r) rank_sum += 10.0 * (r + 1);
   torch::Tensor want = (torch::arange(block, torch::kDouble) + block * w.rank) * w.size + rank_sum;
-  EXPECT_TRUE(torch::equal(out.to(torch::kDouble), want));
+  EXPECT_TRUE(torch::equal(host(out), want));
 
   comm->reduce_scatter(out, in, ReduceOp::Max);
-  EXPECT_TRUE(torch::equal(out.to(torch::kDouble), torch::arange(block, torch::kDouble) + block * w.rank + 10.0 * w.size));
+  EXPECT_TRUE(torch::equal(host(out), torch::arange(block, torch::kDouble) + block * w.rank + 10.0 * w.size));
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
   World w;
-  auto comm = ac::dist::make_mpi_communicator(MPI_COMM_WORLD);
-  const auto dt = GetParam();
+  auto& comm = comm_;
   for (int root = 0; root < w.size; ++root) {
-    torch::Tensor t = rank_values(w.rank, 9, dt);
+    torch::Tensor t = rank_values(w.rank, 9);
     comm->broadcast(t, root);
-    EXPECT_TRUE(torch::equal(t, rank_values(root, 9, dt))) << "root " << root;
+    EXPECT_TRUE(torch::equal(host(t), host(rank_values(root, 9)))) << "root " << root;
   }
+  comm->barrier();
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, Collectives, ::testing::ValuesIn(kDtypes),
-                         [](const auto& info) { return std::string(c10::toString(info.param)); });
+INSTANTIATE_TEST_SUITE_P(BackendsAndDtypes, Collectives,
+                         ::testing::Combine(::testing::Values(std::string("mpi"), std::string("nccl")),
+                                            ::testing::ValuesIn(kDtypes)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + c10::toString(std::get<1>(info.param));
+                         });
 
 TEST(Collectives, NonContiguousTensorsAreReducedInPlace) {
   World w;
