@@ -36,8 +36,15 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 cmake -S . -B "$BUILD_DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$TORCH_DIR" "${CUDA_ARGS[@]}" \
+  -DCMAKE_LIBRARY_PATH="$(cd "$UNPACK/torch/lib" && pwd)" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--unresolved-symbols=ignore-in-shared-libs" \
   -DAC_BUILD_TESTS=ON
 cmake --build "$BUILD_DIR/build" -j "${JOBS:-$(nproc)}"
 grep -E "AC_TORCH_HAS_CUDA|AC_HAVE_NCCL" "$BUILD_DIR/build/generated/autocompress/build_info.h"
+# The executable must link the wheel's LibTorch, not a system one (e.g. Debian's).
+if readelf -d "$BUILD_DIR/build/autocompress" | grep -q "torch-unpacked"; then :; else
+  ldd "$BUILD_DIR/build/autocompress" | grep -E "libtorch|libc10" || true
+  grep -q "$UNPACK" "$BUILD_DIR/build/CMakeCache.txt" || { echo "FAIL: not linked against the wheel's LibTorch"; exit 1; }
+fi
+grep -E "^TORCH_LIBRARY:" "$BUILD_DIR/build/CMakeCache.txt"
 echo "OK: built against $(basename "$WHEEL")"
