@@ -17,6 +17,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev hdf5-tools
   # launcher and tests
   libboost-program-options-dev libgtest-dev libgmock-dev nlohmann-json3-dev
+  libpcre2-dev fortunes fortunes-min  # data/: PCRE2 for the tokenizer regexes; fortunes = demo corpus
   # scripts that check files with the reference readers
   python3 python3-numpy python3-h5py
 )
