@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -190,6 +191,12 @@ PreprocessResult preprocess(const PreprocessConfig& cfg) {
     files[i].seekg(0);
   }
 
+  const auto out_dir = std::filesystem::path(cfg.output_prefix).parent_path();
+  if (!out_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(out_dir, ec);
+    if (ec) throw InputError(out_dir.string(), "directory", "cannot create: " + ec.message());
+  }
   std::unique_ptr<IndexedDatasetWriter> mega;
   std::unique_ptr<Hdf5TokenWriter> h5;
   if (cfg.format == OutputFormat::Megatron) {

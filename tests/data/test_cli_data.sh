@@ -37,7 +37,7 @@ expect_out "fortunes_sample.jsonl: line [0-9]*: document has"
 [ -z "$(ls "$T/bad" | grep -v -e u.jsonl -e empty.jsonl)" ] || fail "partial outputs left: $(ls "$T/bad")"
 head -c 100 "$T/m1.idx" > "$T/bad/t.idx"; cp "$T/m1.bin" "$T/bad/t.bin"
 expect_rc 2 "$AC_BIN" data inspect "$T/bad/t"
-expect_out "t.idx: size:.*truncated"
+expect_out "t.idx: byte 18: sequence count 1521 does not fit"
 
 # Sampling: DP 2 for 3 steps, cursor saved, DP 4 resumes; equals DP 1 reading throughout.
 S="--data 0.7:$T/m1 0.3:$T/h.h5 --seq-len 32 --seed 7 --micro-batch-size 2"
