@@ -1,0 +1,125 @@
+// GQA attention (eager math, softmax in fp32 as transformers' eager path does).
+#include "model/layers/attention.h"
+
+#include "dist/error.h"
+
+namespace ac::model {
+
+std::string AttentionImpl::split_problem(const AttentionSpec& s, int tp) {
+  if (s.num_heads % tp != 0)
+    return std::to_string(s.num_heads) + " query heads do not split evenly over TP=" +
+           std::to_string(tp);
+  if (s.num_kv_heads % tp != 0 && tp % s.num_kv_heads != 0)
+    return std::to_string(s.num_kv_heads) + " KV heads neither split over TP=" +
+           std::to_string(tp) + " nor replicate evenly (TP must be a multiple of them)";
+  return "";
+}
+
+AttentionImpl::AttentionImpl(const AttentionSpec& spec, int64_t hidden, double rope_theta,
+                             double norm_eps, const TpGroup& tp, torch::Dtype dtype,
+                             const std::string& where)
+    : spec_(spec), hidden_(hidden), rope_theta_(rope_theta), tp_(tp) {
+  const int n = tp.size(), r = tp.rank();
+  if (auto why = split_problem(spec, n); !why.empty())
+    throw InputError("ArchSpec", where + ".num_heads", why);
+  const int64_t d = spec.head_dim;
+  heads_local_ = spec.num_heads / n;
+  if (spec.num_kv_heads % n == 0) {
+    kv_local_ = spec.num_kv_heads / n;
+    kv_start_ = r * kv_local_;
+  } else {  // fewer KV heads than ranks: hold a replica of the one this rank's queries use
+    kv_local_ = 1;
+    kv_start_ = r / (n / spec.num_kv_heads);
+    kv_replicated_ = true;
+  }
+  auto bias = [&](int64_t rows) { return spec.qkv_bias ? std::vector<int64_t>{rows} : std::vector<int64_t>{}; };
+  q_proj = register_module("q_proj", Weights(std::vector<int64_t>{heads_local_ * d, hidden}, bias(heads_local_ * d), dtype));
+  k_proj = register_module("k_proj", Weights(std::vector<int64_t>{kv_local_ * d, hidden}, bias(kv_local_ * d), dtype));
+  v_proj = register_module("v_proj", Weights(std::vector<int64_t>{kv_local_ * d, hidden}, bias(kv_local_ * d), dtype));
+  o_proj = register_module("o_proj", Weights(std::vector<int64_t>{hidden, heads_local_ * d},
+                                             spec.o_bias ? std::vector<int64_t>{hidden} : std::vector<int64_t>{}, dtype));
+  if (spec.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(d, norm_eps, dtype));
+    k_norm = register_module("k_norm", RMSNorm(d, norm_eps, dtype));
+  }
+  if (rope_theta > 0) {
+    auto idx = torch::arange(0, d, 2, torch::kFloat32) / double(d);
+    inv_freq_ = 1.0 / torch::pow(torch::tensor(rope_theta, torch::kFloat32), idx);
+  }
+}
+
+void AttentionImpl::shard_map(const std::string& p, std::vector<ParamShard>& out) const {
+  const int64_t d = spec_.head_dim, hq = spec_.num_heads * d, hkv = spec_.num_kv_heads * d;
+  const int r = tp_.rank();
+  auto rows = [&](const std::string& name, std::vector<int64_t> shape, int64_t start, int64_t size) {
+    out.push_back({p + name, {slice(p + name, shape, 0, start, size)}});
+  };
+  rows("q_proj.weight", {hq, hidden_}, r * heads_local_ * d, heads_local_ * d);
+  rows("k_proj.weight", {hkv, hidden_}, kv_start_ * d, kv_local_ * d);
+  rows("v_proj.weight", {hkv, hidden_}, kv_start_ * d, kv_local_ * d);
+  if (spec_.qkv_bias) {
+    rows("q_proj.bias", {hq}, r * heads_local_ * d, heads_local_ * d);
+    rows("k_proj.bias", {hkv}, kv_start_ * d, kv_local_ * d);
+    rows("v_proj.bias", {hkv}, kv_start_ * d, kv_local_ * d);
+  }
+  out.push_back({p + "o_proj.weight",
+                 {slice(p + "o_proj.weight", {hidden_, hq}, 1, r * heads_local_ * d, heads_local_ * d)}});
+  if (spec_.o_bias) out.push_back({p + "o_proj.bias", {whole(p + "o_proj.bias", {hidden_})}});
+  if (spec_.qk_norm) {
+    out.push_back({p + "q_norm.weight", {whole(p + "q_norm.weight", {d})}});
+    out.push_back({p + "k_norm.weight", {whole(p + "k_norm.weight", {d})}});
+  }
+}
+
+namespace {
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto halves = x.chunk(2, -1);
+  return torch::cat({-halves[1], halves[0]}, -1);
+}
+}  // namespace
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCache* cache) {
+  const int64_t B = x.size(0), T = x.size(1), d = spec_.head_dim;
+  auto q = column_parallel(x, q_proj->weight, q_proj->bias, tp_).view({B, T, heads_local_, d});
+  auto k = column_parallel(x, k_proj->weight, k_proj->bias, tp_).view({B, T, kv_local_, d});
+  auto v = column_parallel(x, v_proj->weight, v_proj->bias, tp_).view({B, T, kv_local_, d});
+  if (spec_.qk_norm) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);  // [B, h, T, d]
+  k = k.transpose(1, 2);
+  v = v.transpose(1, 2);
+  if (inv_freq_.defined()) {
+    auto pos = torch::arange(pos0, pos0 + T, torch::kFloat32);
+    auto freqs = pos.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, d/2]
+    auto emb = torch::cat({freqs, freqs}, -1);
+    auto cos = emb.cos().to(q.scalar_type()), sin = emb.sin().to(q.scalar_type());
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+  }
+  if (cache) {
+    if (cache->k.defined()) {
+      k = torch::cat({cache->k, k}, 2);
+      v = torch::cat({cache->v, v}, 2);
+    }
+    cache->k = k;
+    cache->v = v;
+  }
+  const int64_t S = k.size(2), group = heads_local_ / kv_local_;
+  if (group > 1) {
+    k = k.unsqueeze(2).expand({B, kv_local_, group, S, d}).reshape({B, heads_local_, S, d});
+    v = v.unsqueeze(2).expand({B, kv_local_, group, S, d}).reshape({B, heads_local_, S, d});
+  }
+  auto scores = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(double(d)));
+  if (T > 1) {  // query at absolute position pos0+i sees keys at positions <= pos0+i
+    const int64_t past = S - T;
+    auto mask = torch::ones({T, S}, torch::kBool).triu(past + 1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  }
+  auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
+  auto o = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, heads_local_ * d});
+  return row_parallel(o, o_proj->weight, o_proj->bias, tp_);
+}
+
+}  // namespace ac::model

@@ -1,0 +1,50 @@
+// Grouped-query attention with optional RoPE, Qwen3 q/k norm, causal mask and a KV cache.
+// Tensor parallel by heads: each rank owns num_heads/TP query heads and either its share of
+// the KV heads or, when there are fewer KV heads than ranks, a replica of the one it needs.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "model/arch_spec.h"
+#include "model/layers/common.h"
+#include "model/layers/norm.h"
+
+namespace ac::model {
+
+struct KvCache {
+  torch::Tensor k, v;  // [batch, local kv heads, positions so far, head_dim]
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  // rope_theta <= 0: no positional rotation (Nemotron-H attention layers).
+  AttentionImpl(const AttentionSpec& spec, int64_t hidden, double rope_theta, double norm_eps,
+                const TpGroup& tp, torch::Dtype dtype, const std::string& where);
+  // x [batch, T, hidden] at absolute positions [pos0, pos0 + T). With a cache, keys and
+  // values are appended to it and attention covers everything cached.
+  torch::Tensor forward(const torch::Tensor& x, int64_t pos0, KvCache* cache = nullptr);
+  void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
+  // Parameters whose gradients are partial sums over a subset of ranks (replicated KV).
+  bool kv_replicated() const { return kv_replicated_; }
+
+  // Why `spec` cannot be split over `tp` ranks ("" if it can).
+  static std::string split_problem(const AttentionSpec& spec, int tp);
+
+  Weights q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+
+ private:
+  AttentionSpec spec_;
+  int64_t hidden_;
+  double rope_theta_;
+  TpGroup tp_;
+  int64_t heads_local_, kv_local_, kv_start_;
+  bool kv_replicated_ = false;
+  torch::Tensor inv_freq_;
+};
+TORCH_MODULE(Attention);
+
+}  // namespace ac::model

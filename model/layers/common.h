@@ -1,0 +1,64 @@
+// Pieces every layer shares: the tensor-parallel group a layer is sharded over, the map from
+// a layer's local (sharded) parameters to logical TP-independent tensors, and the
+// column-/row-parallel linear helpers built on dist/'s autograd-aware collectives.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+
+namespace ac::model {
+
+// The tensor-parallel group a model is sharded over (size 1 = unsharded).
+struct TpGroup {
+  std::shared_ptr<dist::Communicator> comm;
+  int rank() const { return comm->rank(); }
+  int size() const { return comm->size(); }
+};
+
+// A slice of one logical tensor (its name and full shape at TP = 1).
+struct ShardPiece {
+  std::string logical;                 // e.g. "layers.3.mamba.in_proj.weight"
+  std::vector<int64_t> logical_shape;
+  int64_t dim = 0, start = 0, size = 0;  // the slice along `dim`
+};
+
+// How one local parameter is made from logical tensors: the concatenation of `pieces`
+// along their dim (or, with `stack`, stacked along a new dim 0: per-expert tensors), then
+// `pad_rows` zero rows appended along dim 0 (padded vocabulary shards).
+struct ParamShard {
+  std::string param;  // name in named_parameters() of the module that reports it
+  std::vector<ShardPiece> pieces;
+  bool stack = false;
+  int64_t pad_rows = 0;
+};
+
+// The whole logical tensor as one piece (replicated parameters, TP = 1).
+ShardPiece whole(const std::string& logical, std::vector<int64_t> shape);
+// Rows [start, start + size) along dim of a logical tensor.
+ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t dim,
+                 int64_t start, int64_t size);
+
+// y = x W^T (+ b) with W the local rows of a column-parallel weight: input identity
+// forward / all-reduce backward, output sharded along the last dim.
+torch::Tensor column_parallel(const torch::Tensor& x, const torch::Tensor& w,
+                              const torch::Tensor& b, const TpGroup& tp);
+// y = sum_ranks x_local W_local^T, bias added once after the reduction.
+torch::Tensor row_parallel(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                           const TpGroup& tp);
+
+// A weight (and optional bias) that its parent applies; gives parameters Hugging-Face-like
+// dotted names ("q_proj.weight"). Values come from a checkpoint or from init_weights().
+class WeightsImpl : public torch::nn::Module {
+ public:
+  WeightsImpl(std::vector<int64_t> weight_shape, std::vector<int64_t> bias_shape,
+              torch::Dtype dtype);
+  torch::Tensor weight, bias;  // bias undefined when bias_shape is empty
+};
+TORCH_MODULE(Weights);
+
+}  // namespace ac::model

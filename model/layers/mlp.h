@@ -1,0 +1,79 @@
+// Channel mixers: the dense MLP (SwiGLU or squared ReLU) split by FFN columns, and the
+// mixture of experts (softmax or sigmoid-with-bias router, shared expert, latent
+// projections, routed scaling) with the routed experts split across the TP group.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "model/arch_spec.h"
+#include "model/layers/common.h"
+
+namespace ac::model {
+
+torch::Tensor activate(const torch::Tensor& x, MlpActivation act);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(int64_t hidden, int64_t ffn, MlpActivation act, bool bias, const TpGroup& tp,
+          torch::Dtype dtype, const std::string& where);
+  torch::Tensor forward(const torch::Tensor& x);  // all-reduced over TP
+  // This rank's share of the output before the TP reduction and without the down bias
+  // (the MoE sums it with the routed experts and reduces once).
+  torch::Tensor forward_partial(const torch::Tensor& x);
+  void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
+  static std::string split_problem(int64_t ffn, int tp);
+
+  Weights gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  int64_t hidden_, ffn_, ffn_local_;
+  MlpActivation act_;
+  bool bias_;
+  TpGroup tp_;
+};
+TORCH_MODULE(Mlp);
+
+// Router: weight [experts, hidden] kept in fp32, plus the expert-bias correction of the
+// sigmoid router (a non-trainable parameter, as Hugging Face's buffer).
+class RouterImpl : public torch::nn::Module {
+ public:
+  RouterImpl(int64_t experts, int64_t hidden, bool with_bias);
+  torch::Tensor weight, e_score_correction_bias;
+};
+TORCH_MODULE(Router);
+
+// This rank's routed experts as stacked weights: up [E_local, ffn, in], down [E_local, in, ffn]
+// (gate [E_local, ffn, in] for SwiGLU experts).
+class ExpertsImpl : public torch::nn::Module {
+ public:
+  ExpertsImpl(int64_t local_experts, int64_t in, int64_t ffn, MlpActivation act, torch::Dtype dtype);
+  torch::Tensor up_proj, down_proj, gate_proj;
+};
+TORCH_MODULE(Experts);
+
+class MoeImpl : public torch::nn::Module {
+ public:
+  MoeImpl(const MoeSpec& spec, int64_t hidden, const TpGroup& tp, torch::Dtype dtype,
+          const std::string& where);
+  torch::Tensor forward(const torch::Tensor& x);
+  // Top-k expert ids [tokens, k] and their weights [tokens, k] (fp32) for x [tokens, hidden].
+  std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& x);
+  void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
+  static std::string split_problem(const MoeSpec& spec, int tp);
+
+  Router gate{nullptr};
+  Experts experts{nullptr};
+  Mlp shared_experts{nullptr};
+  Weights fc1_latent_proj{nullptr}, fc2_latent_proj{nullptr};
+
+ private:
+  MoeSpec spec_;
+  int64_t hidden_, local_experts_, expert_start_;
+  TpGroup tp_;
+};
+TORCH_MODULE(Moe);
+
+}  // namespace ac::model

@@ -1,0 +1,253 @@
+// CausalLM: embedding -> layers -> final norm -> LM head, vocabulary-parallel at both ends.
+#include "model/model.h"
+
+#include <set>
+
+#include "dist/error.h"
+#include "dist/tensor_parallel.h"
+
+namespace ac::model {
+
+namespace {
+std::string layer_where(int i) { return "layers[" + std::to_string(i) + "]"; }
+bool nemotron_style(const ArchSpec& s) { return s.family == ModelFamily::NemotronH; }
+}  // namespace
+
+std::string tp_split_problem(const ArchSpec& spec, int tp) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const auto& l = spec.layers[i];
+    const std::string w = layer_where(int(i));
+    std::string why;
+    if (l.attention && !(why = AttentionImpl::split_problem(*l.attention, tp)).empty())
+      return w + ".attention: " + why;
+    if (l.mamba && !(why = Mamba2Impl::split_problem(*l.mamba, tp)).empty()) return w + ".mamba: " + why;
+    if (l.mlp && !(why = MlpImpl::split_problem(l.mlp->ffn_size, tp)).empty()) return w + ".mlp: " + why;
+    if (l.moe && !(why = MoeImpl::split_problem(*l.moe, tp)).empty()) return w + ".moe: " + why;
+  }
+  return "";
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ArchSpec& spec, int index, const TpGroup& tp,
+                                   torch::Dtype dtype) {
+  const auto& l = spec.layers[size_t(index)];
+  const std::string w = layer_where(index);
+  const bool nem = nemotron_style(spec);
+  if (l.attention && l.mamba)
+    throw InputError("ArchSpec", w, "has both attention and mamba; a layer has at most one mixer");
+  if (l.mlp && l.moe) throw InputError("ArchSpec", w, "has both mlp and moe; a layer has at most one FFN");
+  if (l.attention || l.mamba) mixer_norm = register_module("mixer_norm", RMSNorm(spec.hidden_size, spec.norm_eps, dtype, nem));
+  if (l.attention)
+    attention = register_module("attention", Attention(*l.attention, spec.hidden_size, nem ? 0.0 : spec.rope_theta,
+                                                       spec.norm_eps, tp, dtype, w + ".attention"));
+  if (l.mamba) mamba = register_module("mamba", Mamba2(*l.mamba, spec.hidden_size, spec.norm_eps, tp, dtype, w + ".mamba"));
+  if (l.mlp || l.moe) ffn_norm = register_module("ffn_norm", RMSNorm(spec.hidden_size, spec.norm_eps, dtype, nem));
+  if (l.mlp)
+    mlp = register_module("mlp", Mlp(spec.hidden_size, l.mlp->ffn_size, l.mlp->activation, l.mlp->bias, tp, dtype, w + ".mlp"));
+  if (l.moe) moe = register_module("moe", Moe(*l.moe, spec.hidden_size, tp, dtype, w + ".moe"));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x0, int64_t pos0, LayerCache* cache) {
+  auto x = x0;
+  if (attention) x = x + attention(mixer_norm(x), pos0, cache ? &cache->kv : nullptr);
+  if (mamba) x = x + mamba(mixer_norm(x), cache ? &cache->mamba : nullptr);
+  if (mlp) x = x + mlp(ffn_norm(x));
+  if (moe) x = x + moe(ffn_norm(x));
+  return x;
+}
+
+void DecoderLayerImpl::shard_map(const std::string& p, std::vector<ParamShard>& out) const {
+  auto norm = [&](const std::string& name, const RMSNorm& n) {
+    const int64_t h = n->weight.size(0);
+    out.push_back({p + name + ".weight", {whole(p + name + ".weight", {h})}});
+  };
+  if (mixer_norm) norm("mixer_norm", mixer_norm);
+  if (attention) attention->shard_map(p + "attention.", out);
+  if (mamba) mamba->shard_map(p + "mamba.", out);
+  if (ffn_norm) norm("ffn_norm", ffn_norm);
+  if (mlp) mlp->shard_map(p + "mlp.", out);
+  if (moe) moe->shard_map(p + "moe.", out);
+}
+
+CausalLMImpl::CausalLMImpl(const ArchSpec& spec, TpGroup tp, ModelOptions options)
+    : spec_(spec), tp_(std::move(tp)), options_(options) {
+  if (!tp_.comm) tp_.comm = dist::make_self_communicator();
+  if (spec.hidden_size <= 0) throw InputError("ArchSpec", "hidden_size", "must be positive");
+  if (spec.vocab_size <= 0) throw InputError("ArchSpec", "vocab_size", "must be positive");
+  if (auto why = tp_split_problem(spec, tp_.size()); !why.empty())
+    throw InputError("ArchSpec", "tensor parallel", why);
+  // Equal shards of the vocabulary padded up to a multiple of TP; padding rows are zero.
+  vocab_shard_ = (spec.vocab_size + tp_.size() - 1) / tp_.size();
+  const auto dtype = options.dtype;
+  embed = register_module("embed", Weights(std::vector<int64_t>{vocab_shard_, spec.hidden_size}, std::vector<int64_t>{}, dtype));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (size_t i = 0; i < spec.layers.size(); ++i) layers->push_back(DecoderLayer(spec, int(i), tp_, dtype));
+  final_norm = register_module("final_norm", RMSNorm(spec.hidden_size, spec.norm_eps, dtype, nemotron_style(spec)));
+  if (!spec.tie_embeddings)
+    lm_head = register_module("lm_head", Weights(std::vector<int64_t>{vocab_shard_, spec.hidden_size}, std::vector<int64_t>{}, dtype));
+}
+
+InferenceCache CausalLMImpl::new_cache() const {
+  InferenceCache c;
+  c.layers.resize(spec_.layers.size());
+  return c;
+}
+
+torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& ids, InferenceCache* cache) {
+  TORCH_CHECK(ids.dim() == 2, "input ids must be [batch, T]");
+  if (cache && cache->layers.size() != spec_.layers.size()) *cache = new_cache();
+  const int64_t start = vocab_start();
+  // Vocabulary-parallel lookup: ids outside this rank's shard give zero rows, then sum.
+  auto local = ids - start;
+  auto outside = (local < 0).logical_or(local >= vocab_shard_);
+  auto x = torch::nn::functional::embedding(local.masked_fill(outside, 0), embed->weight);
+  if (tp_.size() > 1) {
+    x = x.masked_fill(outside.unsqueeze(-1), 0.0);
+    x = dist::reduce_from_tp(x, *tp_.comm);
+  }
+  const int64_t pos0 = cache ? cache->position : 0;
+  for (size_t i = 0; i < layers->size(); ++i)
+    x = layer(i)->forward(x, pos0, cache ? &cache->layers[i] : nullptr);
+  if (cache) cache->position += ids.size(1);
+  return final_norm(x);
+}
+
+torch::Tensor CausalLMImpl::logits_local(const torch::Tensor& h) {
+  const auto& w = lm_head ? lm_head->weight : embed->weight;
+  return column_parallel(h, w, torch::Tensor(), tp_);
+}
+
+torch::Tensor CausalLMImpl::gather_logits(const torch::Tensor& local) {
+  auto full = tp_.size() > 1 ? dist::gather_from_tp(local, *tp_.comm) : local;
+  return full.narrow(-1, 0, spec_.vocab_size);
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& ids, InferenceCache* cache) {
+  return gather_logits(logits_local(hidden_states(ids, cache)));
+}
+
+std::vector<ParamShard> CausalLMImpl::shard_map() const {
+  std::vector<ParamShard> out;
+  const int64_t V = spec_.vocab_size, H = spec_.hidden_size;
+  const int64_t start = vocab_start(), rows = std::max<int64_t>(0, std::min(vocab_shard_, V - start));
+  auto vocab = [&](const std::string& name) {
+    ParamShard s{name, {}};
+    if (rows > 0) s.pieces.push_back(slice(name, {V, H}, 0, start, rows));
+    s.pad_rows = vocab_shard_ - rows;
+    out.push_back(std::move(s));
+  };
+  vocab("embed.weight");
+  for (size_t i = 0; i < layers->size(); ++i)
+    layer(i)->shard_map("layers." + std::to_string(i) + ".", out);
+  out.push_back({"final_norm.weight", {whole("final_norm.weight", {H})}});
+  if (lm_head) vocab("lm_head.weight");
+  return out;
+}
+
+void CausalLMImpl::load(const std::function<torch::Tensor(const ShardPiece&)>& read) {
+  torch::NoGradGuard no_grad;
+  auto params = named_parameters(/*recurse=*/true);
+  for (const auto& s : shard_map()) {
+    auto* p = params.find(s.param);
+    TORCH_CHECK(p, "shard map names unknown parameter ", s.param);
+    std::vector<torch::Tensor> parts;
+    for (const auto& piece : s.pieces) {
+      auto t = read(piece);
+      parts.push_back(s.stack ? t.unsqueeze(0) : t);
+    }
+    torch::Tensor v;
+    if (!parts.empty()) v = parts.size() == 1 ? parts[0] : torch::cat(parts, s.stack ? 0 : s.pieces[0].dim);
+    if (s.pad_rows > 0) {
+      auto shape = p->sizes().vec();
+      shape[0] = s.pad_rows;
+      auto pad = torch::zeros(shape, p->options());
+      v = v.defined() ? torch::cat({v.to(p->scalar_type()), pad}, 0) : pad;
+    }
+    TORCH_CHECK(v.sizes() == p->sizes(), "parameter ", s.param, " has local shape ", p->sizes(),
+                " but its shard map yields ", v.sizes());
+    p->copy_(v);
+  }
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::logical_tensors(bool grads) {
+  if (tp_.size() != 1)
+    throw std::runtime_error("logical_tensors: needs a TP = 1 model (this one is sharded over " +
+                             std::to_string(tp_.size()) + " ranks)");
+  auto params = named_parameters(true);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& s : shard_map()) {
+    auto p = grads ? params[s.param].grad() : params[s.param].detach();
+    if (!p.defined()) p = torch::zeros_like(params[s.param]);
+    if (s.pad_rows > 0) p = p.narrow(0, 0, p.size(0) - s.pad_rows);
+    int64_t offset = 0;
+    for (size_t k = 0; k < s.pieces.size(); ++k) {
+      const auto& piece = s.pieces[k];
+      torch::Tensor t = s.stack ? p[int64_t(k)] : p.narrow(piece.dim, offset, piece.size);
+      offset += piece.size;
+      // At TP = 1 several pieces of one tensor (Mamba's in_proj) cover it in order: join them.
+      if (!out.empty() && out.back().first == piece.logical)
+        out.back().second = torch::cat({out.back().second, t}, piece.dim);
+      else
+        out.emplace_back(piece.logical, t);
+    }
+  }
+  return out;
+}
+
+namespace {
+// Deterministic, TP-independent init of one logical tensor, chosen by its name.
+torch::Tensor init_logical(const ShardPiece& piece, uint64_t seed) {
+  const std::string& n = piece.logical;
+  auto ends = [&](const std::string& suffix) {
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const auto& shape = piece.logical_shape;
+  uint64_t h = seed * 0x9E3779B97F4A7C15ull;
+  for (char c : n) h = (h ^ uint64_t(uint8_t(c))) * 0x100000001B3ull;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(h);
+  if (ends("norm.weight") || ends(".D")) return torch::ones(shape);
+  if (ends(".bias") || ends("e_score_correction_bias")) return torch::zeros(shape);
+  if (ends(".A_log")) return torch::log(torch::arange(1, shape[0] + 1, torch::kFloat32));
+  if (ends(".dt_bias")) {  // inverse softplus of dt log-uniform in [1e-3, 1e-1]
+    auto u = torch::empty(shape).uniform_(0.0, 1.0, gen);
+    auto dt = torch::exp(u * (std::log(0.1) - std::log(0.001)) + std::log(0.001));
+    return dt + torch::log(-torch::expm1(-dt));
+  }
+  return torch::empty(shape).normal_(0.0, 0.02, gen);
+}
+}  // namespace
+
+void CausalLMImpl::init_weights(uint64_t seed) {
+  load([&](const ShardPiece& p) {
+    return init_logical(p, seed).narrow(p.dim, p.start, p.size);
+  });
+}
+
+std::vector<torch::Tensor> CausalLMImpl::tp_partial_grad_parameters() const {
+  std::vector<torch::Tensor> out;
+  if (tp_.size() == 1) return out;
+  for (const auto& m : layers->children()) {
+    auto l = std::dynamic_pointer_cast<DecoderLayerImpl>(m);
+    if (l->moe) {
+      out.push_back(l->moe->gate->weight);
+      if (l->moe->fc1_latent_proj) out.push_back(l->moe->fc1_latent_proj->weight);
+      if (l->moe->fc2_latent_proj) out.push_back(l->moe->fc2_latent_proj->weight);
+    }
+  }
+  return out;
+}
+
+int64_t CausalLMImpl::logical_parameter_count() const {
+  std::set<std::string> seen;
+  int64_t n = 0;
+  for (const auto& s : shard_map())
+    for (const auto& p : s.pieces)
+      // The router's expert-bias correction is a buffer in Hugging Face's count, not trained.
+      if (p.logical.find("e_score_correction_bias") == std::string::npos && seen.insert(p.logical).second) {
+        int64_t e = 1;
+        for (auto d : p.logical_shape) e *= d;
+        n += e;
+      }
+  return n;
+}
+
+}  // namespace ac::model

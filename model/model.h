@@ -1,0 +1,113 @@
+// CausalLM: one model class that builds any ArchSpec (dense Llama/Qwen, Nemotron-H hybrids,
+// heterogeneous students), sharded over a tensor-parallel group through dist/ collectives.
+// The same code runs at TP = 1. Weights are described per rank by a shard map (which slice
+// of which logical tensor each local parameter holds), used by checkpoint import/export and
+// by the deterministic initialiser.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/arch_spec.h"
+#include "model/layers/attention.h"
+#include "model/layers/common.h"
+#include "model/layers/mamba2.h"
+#include "model/layers/mlp.h"
+#include "model/layers/norm.h"
+
+namespace ac::model {
+
+struct ModelOptions {
+  torch::Dtype dtype = torch::kFloat32;  // parameter dtype (routers stay fp32)
+};
+
+// Decode state: KV caches for attention layers, conv + SSM state for Mamba layers.
+struct LayerCache {
+  KvCache kv;
+  MambaCache mamba;
+};
+struct InferenceCache {
+  std::vector<LayerCache> layers;
+  int64_t position = 0;  // tokens seen so far
+};
+
+// One layer: optional mixer (attention | Mamba-2) and optional FFN (MLP | MoE), each as
+// x + sublayer(RMSNorm(x)).
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const ArchSpec& spec, int index, const TpGroup& tp, torch::Dtype dtype);
+  torch::Tensor forward(const torch::Tensor& x, int64_t pos0, LayerCache* cache);
+  void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
+
+  RMSNorm mixer_norm{nullptr}, ffn_norm{nullptr};
+  Attention attention{nullptr};
+  Mamba2 mamba{nullptr};
+  Mlp mlp{nullptr};
+  Moe moe{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  // Throws ac::InputError naming the layer and field when the spec cannot be split over tp.
+  CausalLMImpl(const ArchSpec& spec, TpGroup tp = {}, ModelOptions options = {});
+
+  // Full-vocabulary logits [batch, T, vocab] for input ids [batch, T]. With a cache the
+  // tokens continue the cached sequence and the cache is advanced.
+  torch::Tensor forward(const torch::Tensor& input_ids, InferenceCache* cache = nullptr);
+  // Final normed hidden states [batch, T, hidden].
+  torch::Tensor hidden_states(const torch::Tensor& input_ids, InferenceCache* cache = nullptr);
+  // This rank's vocabulary shard of the logits [batch, T, vocab_shard()] (padding columns
+  // past the vocabulary are 0); feed these to dist::vocab_parallel_cross_entropy.
+  torch::Tensor logits_local(const torch::Tensor& hidden);
+  torch::Tensor gather_logits(const torch::Tensor& local);  // -> [batch, T, vocab]
+
+  InferenceCache new_cache() const;
+  std::vector<ParamShard> shard_map() const;  // one entry per local parameter
+  // Fills every parameter from logical tensors: `read(piece)` returns the slice it names.
+  void load(const std::function<torch::Tensor(const ShardPiece&)>& read);
+  // The logical tensors of a TP = 1 model in shard-map order (their values, or their
+  // gradients with grads = true): what export writes and what TP tests compare against.
+  std::vector<std::pair<std::string, torch::Tensor>> logical_tensors(bool grads = false);
+  // Deterministic random init that depends only on (seed, logical tensor name), so a model
+  // built at any TP holds slices of the same logical weights.
+  void init_weights(uint64_t seed);
+  // Parameters replicated over TP whose gradients are partial on each rank (routers, latent
+  // projections, replicated KV heads): a trainer all-reduces these.
+  std::vector<torch::Tensor> tp_partial_grad_parameters() const;
+
+  // Elements of the logical (TP = 1) tensors this model trains: tied embeddings count once,
+  // the sigmoid router's bias correction not at all (as transformers' num_parameters()).
+  int64_t logical_parameter_count() const;
+
+  std::shared_ptr<DecoderLayerImpl> layer(size_t i) const {
+    return std::static_pointer_cast<DecoderLayerImpl>(layers->ptr(i));
+  }
+  const ArchSpec& spec() const { return spec_; }
+  const TpGroup& tp() const { return tp_; }
+  int64_t vocab_shard() const { return vocab_shard_; }
+  int64_t vocab_start() const { return vocab_shard_ * tp_.rank(); }
+
+  // The embedding (`embed.weight`, [vocab_shard, hidden], padded rows zero), layers, final
+  // norm, untied head.
+  Weights embed{nullptr}, lm_head{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm final_norm{nullptr};
+
+ private:
+  ArchSpec spec_;
+  TpGroup tp_;
+  ModelOptions options_;
+  int64_t vocab_shard_;
+};
+TORCH_MODULE(CausalLM);
+
+// Why `spec` cannot be sharded over `tp` ranks, naming the layer and field ("" if it can).
+std::string tp_split_problem(const ArchSpec& spec, int tp);
+
+}  // namespace ac::model

@@ -1,0 +1,131 @@
+// Layer-level properties: the chunked SSD scan equals the step recurrence, decoding with
+// caches equals the full forward, impossible TP layouts are refused with the reason.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "dist/error.h"
+#include "model/hf_import.h"
+#include "tests/model/fixtures.h"
+
+using namespace ac::model;
+using namespace ac::model::testing;
+
+TEST(Mamba2, ChunkedScanEqualsRecurrence) {
+  torch::manual_seed(7);
+  const int64_t b = 2, L = 13, H = 4, P = 3, G = 2, N = 5;
+  auto x = torch::randn({b, L, H, P});
+  auto dt = torch::nn::functional::softplus(torch::randn({b, L, H}));
+  auto A = -torch::rand({H}) - 0.1;
+  auto B = torch::randn({b, L, G, N});
+  auto C = torch::randn({b, L, G, N});
+  auto D = torch::randn({H});
+  auto h0 = torch::randn({b, H, P, N});
+  for (int64_t chunk : {1, 4, 5, 16}) {
+    for (bool with_init : {false, true}) {
+      auto init = with_init ? h0 : torch::Tensor();
+      auto [yc, sc] = ssd_chunked_scan(x, dt, A, B, C, D, chunk, init);
+      auto [yr, sr] = ssd_recurrent_scan(x, dt, A, B, C, D, init);
+      EXPECT_LE((yc - yr).abs().max().item<double>(), 1e-4) << "chunk " << chunk;
+      EXPECT_LE((sc - sr).abs().max().item<double>(), 1e-4) << "chunk " << chunk;
+    }
+  }
+  // The state matters: a different initial state changes the output.
+  auto [y0, s0] = ssd_recurrent_scan(x, dt, A, B, C, D, torch::Tensor());
+  auto [y1, s1] = ssd_recurrent_scan(x, dt, A, B, C, D, h0);
+  EXPECT_GT((y0 - y1).abs().max().item<double>(), 1e-3);
+}
+
+class Decode_ : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Decode_, CachedDecodeEqualsFullForward) {
+  const auto name = GetParam();
+  CausalLM model(fixture_spec(name));
+  load_hf_weights(model, SafetensorsReader(fixture_dir(name)));
+  auto ids = load_golden(name).input_ids;
+  torch::NoGradGuard ng;
+  auto full = model->forward(ids);
+  const int64_t T = ids.size(1);
+  // Prefill 5, a 3-token continuation (chunked scan from a state), then single-token steps.
+  auto cache = model->new_cache();
+  std::vector<torch::Tensor> parts;
+  parts.push_back(model->forward(ids.narrow(1, 0, 5), &cache));
+  parts.push_back(model->forward(ids.narrow(1, 5, 3), &cache));
+  for (int64_t t = 8; t < T; ++t) parts.push_back(model->forward(ids.narrow(1, t, 1), &cache));
+  EXPECT_EQ(cache.position, T);
+  auto stepped = torch::cat(parts, 1);
+  EXPECT_LE((stepped - full).abs().max().item<double>(), 1e-4) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Decode_, ::testing::ValuesIn(fixture_names()),
+                         [](const auto& info) { return info.param; });
+
+TEST(TensorParallel, ImpossibleLayoutsAreRefusedWithTheReason) {
+  auto spec = fixture_spec("nemotron_h");  // 4 query heads, 2 KV heads, 2 Mamba groups, 8 experts
+  EXPECT_EQ(tp_split_problem(spec, 1), "");
+  EXPECT_EQ(tp_split_problem(spec, 2), "");
+  // TP=4: Mamba's 2 groups would span ranks (layer 0 is the first Mamba layer).
+  auto why = tp_split_problem(spec, 4);
+  EXPECT_NE(why.find("layers[0].mamba"), std::string::npos) << why;
+  EXPECT_NE(why.find("groups"), std::string::npos) << why;
+  // Query heads not divisible.
+  auto llama = fixture_spec("llama");
+  llama.layers[1].attention->num_heads = 6;
+  llama.layers[1].attention->num_kv_heads = 3;
+  why = tp_split_problem(llama, 4);
+  EXPECT_NE(why.find("layers[1].attention"), std::string::npos) << why;
+  EXPECT_NE(why.find("6 query heads"), std::string::npos) << why;
+  // KV heads fewer than ranks replicate when TP is a multiple of them; otherwise refused.
+  llama = fixture_spec("llama");
+  llama.layers[0].attention->num_heads = 12;
+  llama.layers[0].attention->num_kv_heads = 4;
+  llama.layers[1].attention->num_heads = 12;
+  llama.layers[1].attention->num_kv_heads = 4;
+  llama.layers[0].mlp->ffn_size = 96;
+  EXPECT_EQ(tp_split_problem(llama, 2), "");
+  why = tp_split_problem(llama, 6);
+  EXPECT_NE(why.find("KV heads"), std::string::npos) << why;
+  // FFN and experts.
+  llama = fixture_spec("llama");
+  llama.layers[0].mlp->ffn_size = 97;
+  EXPECT_NE(tp_split_problem(llama, 2).find("layers[0].mlp"), std::string::npos);
+  spec.layers[3].moe->num_experts = 6;
+  why = tp_split_problem(spec, 4);
+  EXPECT_NE(why.find("layers[0].mamba"), std::string::npos);  // first problem is reported first
+  spec.layers[0].mamba->n_groups = 4;
+  spec.layers[4].mamba->n_groups = 4;
+  spec.layers[1].attention->num_kv_heads = 4;
+  spec.layers[1].attention->num_heads = 4;
+  why = tp_split_problem(spec, 4);
+  EXPECT_NE(why.find("layers[3].moe"), std::string::npos) << why;
+  EXPECT_NE(why.find("6 experts"), std::string::npos) << why;
+}
+
+TEST(CausalLM, BadSpecThrowsInputError) {
+  auto spec = fixture_spec("llama");
+  spec.layers[0].mamba = MambaSpec{};  // attention and mamba in one layer
+  spec.layers[0].mamba->num_heads = 2;
+  spec.layers[0].mamba->head_dim = 4;
+  spec.layers[0].mamba->state_size = 4;
+  try {
+    CausalLM m(spec);
+    FAIL();
+  } catch (const ac::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers[0]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CausalLM, BackwardReachesEveryParameter) {
+  CausalLM model(fixture_spec("nemotron_h"));
+  model->init_weights(3);
+  auto ids = torch::randint(0, 96, {2, 9});
+  auto logits = model->forward(ids);
+  auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, 96}), ids.reshape({-1}));
+  loss.backward();
+  for (const auto& p : model->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    // Every expert might not be routed to; everything else must get a gradient.
+    if (p.key().find("experts.") == std::string::npos)
+      EXPECT_GT(p.value().grad().abs().sum().item<double>(), 0.0) << p.key();
+  }
+}
