@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""C++ CausalLM vs PyTorch eager (transformers) on the same Hugging Face model, weights,
+threads and input ids, measured in one run; prints tokens/s and the ratio C++ / PyTorch.
+
+  python3 bench/bench_model.py --bench build/bench/bench_model [--threads 1] [--seq 256]
+
+Models (random weights, created here with transformers): ~21M dense LlamaForCausalLM and a
+~21M NemotronH hybrid (Mamba-2, attention, squared-ReLU MLP, MoE). dtypes float32, bfloat16.
+Needs pip torch + transformers + safetensors (not used by CI).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import transformers
+from safetensors.torch import save_file
+
+
+def dense():
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=8192, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=4, head_dim=64, max_position_embeddings=4096))
+
+
+def hybrid():
+    return transformers.NemotronHForCausalLM(transformers.NemotronHConfig(
+        vocab_size=8192, hidden_size=512, hybrid_override_pattern="M-M*ME",
+        num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+        mamba_num_heads=16, mamba_head_dim=64, ssm_state_size=64, n_groups=2, chunk_size=128,
+        intermediate_size=1536, n_routed_experts=8, num_experts_per_tok=2,
+        moe_intermediate_size=512, moe_shared_expert_intermediate_size=1024,
+        time_step_limit=(0.001, float("inf")), max_position_embeddings=4096))
+
+
+def time_torch(model, ids, iters, warmup):
+    with torch.no_grad():
+        for _ in range(warmup):
+            model(input_ids=ids)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            model(input_ids=ids)
+        fwd = (time.perf_counter() - t0) / iters
+
+    def step():
+        logits = model(input_ids=ids).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), ids.reshape(-1))
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    return fwd, (time.perf_counter() - t0) / iters
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", required=True, help="path of the bench_model executable")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--iters", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--models", nargs="*", default=["dense", "hybrid"])
+    ap.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.models:
+            torch.manual_seed(0)
+            model = (dense if name == "dense" else hybrid)().eval()
+            d = os.path.join(tmp, name)
+            model.save_pretrained(d)
+            ids = torch.randint(0, model.config.vocab_size, (a.batch, a.seq), generator=torch.Generator().manual_seed(1))
+            save_file({"input_ids": ids}, os.path.join(d, "ids.safetensors"))
+            nparams = model.num_parameters()
+            for dtype in a.dtypes:
+                m = model.to(getattr(torch, dtype))
+                fwd, fb = time_torch(m, ids, a.iters, a.warmup)
+                cmd = [a.bench, "--model", d, "--dtype", dtype, "--threads", str(a.threads),
+                       "--iters", str(a.iters), "--warmup", str(a.warmup), "--ids", os.path.join(d, "ids.safetensors")]
+                res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+                tok = ids.numel()
+                row = dict(model=name, params=nparams, dtype=dtype, tokens=tok,
+                           torch_fwd=tok / fwd, cpp_fwd=res["fwd_tokens_per_s"],
+                           torch_fwdbwd=tok / fb, cpp_fwdbwd=res["fwdbwd_tokens_per_s"])
+                row["ratio_fwd"] = row["cpp_fwd"] / row["torch_fwd"]
+                row["ratio_fwdbwd"] = row["cpp_fwdbwd"] / row["torch_fwdbwd"]
+                rows.append(row)
+                print(f"{name:6s} {nparams/1e6:5.1f}M {dtype:8s} fwd tok/s: torch {row['torch_fwd']:8.0f} "
+                      f"C++ {row['cpp_fwd']:8.0f} ratio {row['ratio_fwd']:.2f} | fwd+bwd tok/s: torch "
+                      f"{row['torch_fwdbwd']:8.0f} C++ {row['cpp_fwdbwd']:8.0f} ratio {row['ratio_fwdbwd']:.2f}", flush=True)
+    print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, threads {a.threads}, "
+          f"batch {a.batch} x seq {a.seq}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
