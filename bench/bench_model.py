@@ -87,7 +87,10 @@ def main():
                 fwd, fb = time_torch(m, ids, a.iters, a.warmup)
                 cmd = [a.bench, "--model", d, "--dtype", dtype, "--threads", str(a.threads),
                        "--iters", str(a.iters), "--warmup", str(a.warmup), "--ids", os.path.join(d, "ids.safetensors")]
-                res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+                # Same thread count for every pool the C++ side may use (ATen, OpenMP, OpenBLAS).
+                env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+                res = json.loads(out.strip().splitlines()[-1])
                 tok = ids.numel()
                 row = dict(model=name, params=nparams, dtype=dtype, tokens=tok,
                            torch_fwd=tok / fwd, cpp_fwd=res["fwd_tokens_per_s"],

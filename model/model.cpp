@@ -75,8 +75,10 @@ CausalLMImpl::CausalLMImpl(const ArchSpec& spec, TpGroup tp, ModelOptions option
   if (spec.vocab_size <= 0) throw InputError("ArchSpec", "vocab_size", "must be positive");
   if (auto why = tp_split_problem(spec, tp_.size()); !why.empty())
     throw InputError("ArchSpec", "tensor parallel", why);
-  // Equal shards of the vocabulary padded up to a multiple of TP; padding rows are zero.
-  vocab_shard_ = (spec.vocab_size + tp_.size() - 1) / tp_.size();
+  // Equal shards of the vocabulary padded up to a multiple of TP; padding rows are zero
+  // (the same split dist::vocab_parallel_cross_entropy assumes).
+  vocab_ = dist::vocab_shard(spec.vocab_size, tp_.size(), tp_.rank());
+  vocab_shard_ = vocab_.shard;
   const auto dtype = options.dtype;
   embed = register_module("embed", Weights(std::vector<int64_t>{vocab_shard_, spec.hidden_size}, std::vector<int64_t>{}, dtype));
   layers = register_module("layers", torch::nn::ModuleList());
@@ -128,7 +130,7 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& ids, InferenceCache* ca
 std::vector<ParamShard> CausalLMImpl::shard_map() const {
   std::vector<ParamShard> out;
   const int64_t V = spec_.vocab_size, H = spec_.hidden_size;
-  const int64_t start = vocab_start(), rows = std::max<int64_t>(0, std::min(vocab_shard_, V - start));
+  const int64_t start = vocab_.start, rows = vocab_.valid;
   auto vocab = [&](const std::string& name) {
     ParamShard s{name, {}};
     if (rows > 0) s.pieces.push_back(slice(name, {V, H}, 0, start, rows));
@@ -227,6 +229,10 @@ std::vector<torch::Tensor> CausalLMImpl::tp_partial_grad_parameters() const {
   if (tp_.size() == 1) return out;
   for (const auto& m : layers->children()) {
     auto l = std::dynamic_pointer_cast<DecoderLayerImpl>(m);
+    if (l->attention && l->attention->q_norm) {  // shared over this rank's heads only
+      out.push_back(l->attention->q_norm->weight);
+      out.push_back(l->attention->k_norm->weight);
+    }
     if (l->moe) {
       out.push_back(l->moe->gate->weight);
       if (l->moe->fc1_latent_proj) out.push_back(l->moe->fc1_latent_proj->weight);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/tensor_parallel.h"
 #include "model/arch_spec.h"
 #include "model/layers/attention.h"
 #include "model/layers/common.h"
@@ -77,8 +78,9 @@ class CausalLMImpl : public torch::nn::Module {
   // Deterministic random init that depends only on (seed, logical tensor name), so a model
   // built at any TP holds slices of the same logical weights.
   void init_weights(uint64_t seed);
-  // Parameters replicated over TP whose gradients are partial on each rank (routers, latent
-  // projections, replicated KV heads): a trainer all-reduces these.
+  // Parameters replicated over TP whose gradients are partial sums on each rank (MoE
+  // routers and latent projections, Qwen3 q/k norms): a trainer all-reduces these over TP.
+  // (Replicated KV heads, KV < TP, would need a reduce within each replica group: not done.)
   std::vector<torch::Tensor> tp_partial_grad_parameters() const;
 
   // Elements of the logical (TP = 1) tensors this model trains: tied embeddings count once,
@@ -91,7 +93,7 @@ class CausalLMImpl : public torch::nn::Module {
   const ArchSpec& spec() const { return spec_; }
   const TpGroup& tp() const { return tp_; }
   int64_t vocab_shard() const { return vocab_shard_; }
-  int64_t vocab_start() const { return vocab_shard_ * tp_.rank(); }
+  int64_t vocab_start() const { return vocab_.start; }
 
   // The embedding (`embed.weight`, [vocab_shard, hidden], padded rows zero), layers, final
   // norm, untied head.
@@ -104,6 +106,7 @@ class CausalLMImpl : public torch::nn::Module {
   TpGroup tp_;
   ModelOptions options_;
   int64_t vocab_shard_;
+  dist::VocabShard vocab_;
 };
 TORCH_MODULE(CausalLM);
 

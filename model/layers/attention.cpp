@@ -91,8 +91,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCac
   k = k.transpose(1, 2);
   v = v.transpose(1, 2);
   if (inv_freq_.defined()) {
-    auto pos = torch::arange(pos0, pos0 + T, torch::kFloat32);
-    auto freqs = pos.unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, d/2]
+    auto pos = torch::arange(pos0, pos0 + T, torch::TensorOptions().dtype(torch::kFloat32).device(x.device()));
+    auto freqs = pos.unsqueeze(1) * inv_freq_.to(x.device()).unsqueeze(0);  // [T, d/2]
     auto emb = torch::cat({freqs, freqs}, -1);
     auto cos = emb.cos().to(q.scalar_type()), sin = emb.sin().to(q.scalar_type());
     q = q * cos + rotate_half(q) * sin;
@@ -114,7 +114,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCac
   auto scores = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(double(d)));
   if (T > 1) {  // query at absolute position pos0+i sees keys at positions <= pos0+i
     const int64_t past = S - T;
-    auto mask = torch::ones({T, S}, torch::kBool).triu(past + 1);
+    auto mask = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(past + 1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
   }
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());

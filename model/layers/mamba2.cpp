@@ -15,10 +15,11 @@ torch::Tensor segsum(const torch::Tensor& a) {
   auto sizes = a.sizes().vec();
   sizes.push_back(T);
   auto x = a.unsqueeze(-1).expand(sizes);
-  auto strict = torch::ones({T, T}, torch::kBool).tril(-1);
+  auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(a.device());
+  auto strict = torch::ones({T, T}, bool_opts).tril(-1);
   x = x.masked_fill(strict.logical_not(), 0.0);
   auto s = torch::cumsum(x, -2);
-  auto incl = torch::ones({T, T}, torch::kBool).tril(0);
+  auto incl = torch::ones({T, T}, bool_opts).tril(0);
   return s.masked_fill(incl.logical_not(), -std::numeric_limits<float>::infinity());
 }
 

@@ -163,7 +163,8 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   }
   auto y = acc.to(x.scalar_type());
   if (fc2_latent_proj) y = torch::nn::functional::linear(y, fc2_latent_proj->weight);
-  if (shared_experts) y = y + shared_experts->forward_partial(x);
+  // The shared expert's column-parallel input does its own copy_to_tp: give it x0.
+  if (shared_experts) y = y + shared_experts->forward_partial(x0.reshape({-1, hidden_}));
   if (tp_.size() > 1) y = dist::reduce_from_tp(y, *tp_.comm);
   return y.view(shape);
 }
