@@ -3,7 +3,7 @@
 // once to warm the page cache, then measures:
 //   baseline: read() of the .bin in 4 MiB blocks, widened to int64 (what a loader must hand on)
 //   sampler:  DataLoader (GPT samples of seq_len + 1 tokens, shuffled, across documents)
-// and prints tokens/s of both and their ratio.
+// each the best of 5 alternating rounds, and prints tokens/s and the ratios.
 //   bench_data_sampler [DIR] [TOKENS_MILLIONS] [SEQ_LEN]
 #include <fcntl.h>
 #include <unistd.h>
@@ -58,30 +58,37 @@ int main(int argc, char** argv) {
     if (sum == -1) std::printf("impossible\n");
     return tokens;
   };
-  plain_read(false);  // warm the page cache
-  auto t0 = Clock::now();
-  int64_t raw_tokens = plain_read(false);
-  double raw_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  t0 = Clock::now();
-  int64_t wide_tokens = plain_read(true);
-  double wide_s = std::chrono::duration<double>(Clock::now() - t0).count();
-
   auto src = std::make_shared<IndexedDataset>(prefix);
   auto sampler = std::make_shared<BlendedSampler>(std::vector<BlendEntry>{{src, 1.0}}, seq_len, 1234, SplitSpec{1, 0, 0}, Split::Train);
   const int64_t mbs = 8;
-  DataLoader loader(sampler, LoaderConfig{mbs, 0, 1}, DataCursor::start(*sampler));
   std::vector<int64_t> batch(mbs * (seq_len + 1));
   const int64_t steps = sampler->dataset(0).samples_per_epoch() / mbs;
-  loader.next(batch.data());  // builds the epoch's shuffle (not part of steady-state reading)
-  t0 = Clock::now();
-  int64_t sampled = 0, sum = 0;
-  for (int64_t s = 1; s < steps; ++s) {
-    loader.next(batch.data());
-    sampled += mbs * seq_len;  // distinct tokens (the +1 overlaps the next sample)
-    sum += batch.back();
+  auto sample_epoch = [&] {
+    DataLoader loader(sampler, LoaderConfig{mbs, 0, 1}, DataCursor::start(*sampler));
+    int64_t sampled = 0, sum = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      loader.next(batch.data());
+      sampled += mbs * seq_len;  // distinct tokens (the +1 overlaps the next sample)
+      sum += batch.back();
+    }
+    if (sum == -1) std::printf("impossible\n");
+    return sampled;
+  };
+  plain_read(false);  // warm the page cache
+  sample_epoch();     // and build the epoch's shuffle (cached: not steady-state reading)
+  // The machine is shared and noisy: alternate the three and keep each one's best of 5.
+  double raw_s = 1e30, wide_s = 1e30, samp_s = 1e30;
+  int64_t raw_tokens = 0, wide_tokens = 0, sampled = 0;
+  auto timed = [](auto&& f, int64_t* n) {
+    auto t0 = Clock::now();
+    *n = f();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  for (int round = 0; round < 5; ++round) {
+    raw_s = std::min(raw_s, timed([&] { return plain_read(false); }, &raw_tokens));
+    wide_s = std::min(wide_s, timed([&] { return plain_read(true); }, &wide_tokens));
+    samp_s = std::min(samp_s, timed(sample_epoch, &sampled));
   }
-  double samp_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (sum == -1) std::printf("impossible\n");
   const double raw = raw_tokens / raw_s, wide = wide_tokens / wide_s, samp = sampled / samp_s;
   std::printf("dataset: %lld tokens (uint16), %lld documents, seq_len %lld, micro-batch %lld\n",
               static_cast<long long>(src->num_tokens()), static_cast<long long>(src->num_documents()),
