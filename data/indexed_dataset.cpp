@@ -196,6 +196,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
 
   const uint64_t isz = dtype_size(dtype_), bin_size = bin_->size();
   uint64_t total = 0;
+  contiguous_ = true;
   for (uint64_t i = 0; i < s; ++i) {
     int32_t len = load<int32_t>(p + off_len + 4 * i);
     int64_t ptr = load<int64_t>(p + off_ptr + 8 * i);
@@ -204,6 +205,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
       throw InputError(idx_path, at(off_ptr + 8 * i), "sequence " + std::to_string(i) + " points at bytes [" + std::to_string(ptr) + ", " +
                        std::to_string(ptr + int64_t(len) * int64_t(isz)) + ") of " + bin_path + ", which has " + std::to_string(bin_size) +
                        " bytes of " + dtype_name(dtype_));
+    contiguous_ = contiguous_ && static_cast<uint64_t>(ptr) == total * isz;
     total += static_cast<uint64_t>(len);
   }
   if (total * isz != bin_size)
@@ -211,7 +213,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                      std::to_string(total) + " tokens of " + dtype_name(dtype_) + " = " + std::to_string(total * isz) + " bytes");
   total_tokens_ = static_cast<int64_t>(total);
   if (load<int64_t>(p + off_doc) != 0) throw InputError(idx_path, at(off_doc), "document_indices must start with 0");
-  doc_tokens_.resize(num_docs_);
+  doc_start_.assign(num_docs_ + 1, 0);
   for (uint64_t j = 1; j < d; ++j) {
     int64_t a = load<int64_t>(p + off_doc + 8 * (j - 1)), b = load<int64_t>(p + off_doc + 8 * j);
     if (b < a || static_cast<uint64_t>(b) > s)
@@ -219,7 +221,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
                        " is not in [" + std::to_string(a) + ", " + std::to_string(s) + "]");
     int64_t t = 0;
     for (int64_t q = a; q < b; ++q) t += load<int32_t>(p + off_len + 4 * q);
-    doc_tokens_[j - 1] = t;
+    doc_start_[j] = doc_start_[j - 1] + t;
   }
   if (static_cast<uint64_t>(load<int64_t>(p + off_doc + 8 * (d - 1))) != s)
     throw InputError(idx_path, at(off_doc + 8 * (d - 1)), "the last document index must equal the sequence count " + std::to_string(s));
@@ -243,6 +245,12 @@ std::vector<int64_t> IndexedDataset::sequence(int64_t i) const {
 
 void IndexedDataset::read(int64_t d, int64_t offset, int64_t count, int64_t* out) const {
   const uint64_t isz = dtype_size(dtype_);
+  if (contiguous_) {  // one lookup: the document's first token
+    if (offset + count > doc_start_[d + 1] - doc_start_[d])
+      throw std::out_of_range(prefix_ + ": read past the end of document " + std::to_string(d));
+    convert_any(dtype_, bin_->data() + (doc_start_[d] + offset) * isz, count, out);
+    return;
+  }
   int64_t q = load<int64_t>(reinterpret_cast<const uint8_t*>(doc_idx_ + d));
   const int64_t q_end = load<int64_t>(reinterpret_cast<const uint8_t*>(doc_idx_ + d + 1));
   for (; q < q_end && count > 0; ++q) {

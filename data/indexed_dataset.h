@@ -66,7 +66,7 @@ class IndexedDataset : public TokenSource {
   // TokenSource: a document is the concatenation of its sequences (one per document for
   // datasets written by `preprocess`, several when a tool split sentences).
   int64_t num_documents() const override { return num_docs_; }
-  int64_t document_length(int64_t d) const override { return doc_tokens_[d]; }
+  int64_t document_length(int64_t d) const override { return doc_start_[d + 1] - doc_start_[d]; }
   int64_t num_tokens() const override { return total_tokens_; }
   void read(int64_t d, int64_t offset, int64_t count, int64_t* out) const override;
   std::string describe() const override { return prefix_ + ".{idx,bin}"; }
@@ -80,7 +80,8 @@ class IndexedDataset : public TokenSource {
   const int64_t* seq_ptr_ = nullptr;
   const int64_t* doc_idx_ = nullptr;
   const int8_t* modes_ = nullptr;
-  std::vector<int64_t> doc_tokens_;  // tokens per document
+  std::vector<int64_t> doc_start_;  // first token of each document (+ the total), in token order
+  bool contiguous_ = false;         // sequences back to back in .bin (what every writer makes)
 };
 
 // Writer for `<prefix>.idx` + `<prefix>.bin` with megatron-core's layout. Data goes to

@@ -130,7 +130,7 @@ void GptSampler::sample(int64_t k, int64_t* out) const {
   while (need > 0) {
     const int64_t d = ep->order[i];
     const int64_t off = pos - ep->start[i];
-    const int64_t take = std::min(need, src_->document_length(d) - off);
+    const int64_t take = std::min(need, ep->start[i + 1] - ep->start[i] - off);
     if (take > 0) {
       src_->read(d, off, take, out);
       out += take;
