@@ -118,6 +118,26 @@ TEST(IndexedDataset, MegatronMultiSequenceDocuments) {
   EXPECT_EQ(read_file(dir / "m.bin"), read_file(fixture("megatron/multi_int32.bin")));
 }
 
+// The format allows sequences anywhere in the .bin (pointers need not be back to back):
+// such files take the general read path.
+TEST(IndexedDataset, NonContiguousPointers) {
+  TempDir dir;
+  write_docs(dir / "ds", DType::I32, {{1, 2, 3}, {4, 5}});
+  std::string idx = read_file(dir / "ds.idx");
+  const int32_t bin[5] = {4, 5, 1, 2, 3};
+  write_file(dir / "ds.bin", std::string(reinterpret_cast<const char*>(bin), sizeof bin));
+  const int64_t ptr[2] = {8, 0};  // sequence 0 now lives after sequence 1
+  std::memcpy(idx.data() + 34 + 4 * 2, ptr, sizeof ptr);
+  write_file(dir / "ds.idx", idx);
+  IndexedDataset ds(dir / "ds");
+  EXPECT_EQ(ds.sequence(0), (std::vector<int64_t>{1, 2, 3}));
+  std::vector<int64_t> got(2);
+  ds.read(0, 1, 2, got.data());
+  EXPECT_EQ(got, (std::vector<int64_t>{2, 3}));
+  ds.read(1, 0, 2, got.data());
+  EXPECT_EQ(got, (std::vector<int64_t>{4, 5}));
+}
+
 TEST(IndexedDataset, OptimalDtypeFollowsMegatron) {
   EXPECT_EQ(optimal_dtype(50257), DType::U16);
   EXPECT_EQ(optimal_dtype(65499), DType::U16);
