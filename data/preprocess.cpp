@@ -221,10 +221,10 @@ PreprocessResult preprocess(const PreprocessConfig& cfg) {
     res.documents += static_cast<int64_t>(r.lengths.size());
     res.tokens += static_cast<int64_t>(r.tokens.size());
     res.skipped_empty += r.skipped;
-    prog.bytes_done += r.bytes;
+    prog.bytes_done = std::min(prog.bytes_done + r.bytes, prog.bytes_total);  // a last line without '\n' counts one extra
     prog.documents = res.documents;
     prog.tokens = res.tokens;
-    if (cfg.on_progress && Clock::now() - last_report >= std::chrono::seconds(1)) {
+    if (cfg.on_progress && std::chrono::duration<double>(Clock::now() - last_report).count() >= cfg.progress_interval_s) {
       last_report = Clock::now();
       prog.seconds = std::chrono::duration<double>(last_report - t0).count();
       cfg.on_progress(prog);

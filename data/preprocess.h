@@ -34,7 +34,8 @@ struct PreprocessConfig {
   int64_t max_document_tokens = std::numeric_limits<int32_t>::max();  // Megatron stores int32 lengths
   std::optional<DType> dtype;           // default: uint16 when the vocabulary fits, else int32
   int64_t batch_bytes = 1 << 20;        // text handed to a worker at a time
-  std::function<void(const PreprocessProgress&)> on_progress;  // called about once a second
+  std::function<void(const PreprocessProgress&)> on_progress;
+  double progress_interval_s = 1.0;  // at most one on_progress call per interval
 };
 
 struct PreprocessResult {

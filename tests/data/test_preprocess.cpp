@@ -77,6 +77,26 @@ TEST(Preprocess, CorpusSampleBothFormatsAndWorkers) {
   EXPECT_EQ(r1.documents, d);
 }
 
+TEST(Preprocess, ProgressReportsGrowToTheInputSize) {
+  TempDir dir;
+  const std::string corpus = fixture("corpus/fortunes_sample.jsonl");
+  auto c = config({corpus}, dir / "p");
+  c.batch_bytes = 16384;
+  c.progress_interval_s = 0;  // report after every batch
+  std::vector<PreprocessProgress> seen;
+  c.on_progress = [&](const PreprocessProgress& p) { seen.push_back(p); };
+  auto r = preprocess(c);
+  ASSERT_GT(seen.size(), 10u);
+  const int64_t size = static_cast<int64_t>(read_file(corpus).size());
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GT(seen[i].bytes_done, seen[i - 1].bytes_done);
+    EXPECT_GE(seen[i].tokens, seen[i - 1].tokens);
+    EXPECT_EQ(seen[i].bytes_total, size);
+  }
+  EXPECT_EQ(seen.back().bytes_done, size);  // every input byte is accounted for
+  EXPECT_EQ(seen.back().tokens, r.tokens);
+}
+
 TEST(Preprocess, PlainTextParagraphsAndJsonKey) {
   TempDir dir;
   write_file(dir / "a.txt", "First paragraph\nstill first.\n\n\nSecond one.\n   \nThird.");
