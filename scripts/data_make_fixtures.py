@@ -18,6 +18,7 @@
 Needs: pip install megatron-core torch numpy tokenizers; Debian packages fortunes fortunes-min.
   python3 scripts/data_make_fixtures.py [--llama]
   python3 scripts/data_make_fixtures.py --check-megatron PREFIX...   # read our files with megatron-core
+  python3 scripts/data_make_fixtures.py --check-tokens PREFIX corpus.jsonl tokenizer.json
 """
 import argparse
 import glob
@@ -214,14 +215,34 @@ def check_megatron(prefixes):
                           "first": ds[0][:8].tolist(), "sha256_int64": h.hexdigest()}))
 
 
+def check_tokens(prefix, jsonl, tokenizer, key="text"):
+    """Compares a preprocess output (one sequence per document, EOS appended) with
+    tokenizers' encode_batch on the same JSONL; prints the number of mismatching documents."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer)
+    texts = [json.loads(l)[key] for l in open(jsonl, encoding="utf-8") if l.strip()]
+    texts = [t for t in texts if t]  # preprocess skips empty documents
+    enc = tok.encode_batch(texts, add_special_tokens=False)
+    ds = IndexedDataset(prefix)
+    eos = ds[0][-1] if len(ds) else None
+    bad = sum(np.asarray(ds[i]).tolist() != e.ids + [int(eos)] for i, e in enumerate(enc))
+    print(json.dumps({"documents": len(texts), "in_dataset": len(ds), "mismatching": int(bad)}))
+
+
 def main():
     ap = argparse.ArgumentParser(description="Make the data fixtures with megatron-core and tokenizers.")
     ap.add_argument("--llama", action="store_true", help="also extract Llama-3.2's tokenizer.json and its ids")
     ap.add_argument("--only", choices=["corpus", "megatron", "tokenizer"])
     ap.add_argument("--check-megatron", nargs="+", metavar="PREFIX")
+    ap.add_argument("--check-tokens", nargs=3, metavar=("PREFIX", "JSONL", "TOKENIZER"),
+                    help="compare a preprocess output with tokenizers' encode_batch")
     a = ap.parse_args()
     if a.check_megatron:
         return check_megatron(a.check_megatron)
+    if a.check_tokens:
+        return check_tokens(*a.check_tokens)
     if a.only in (None, "corpus"):
         make_corpus()
     if a.only in (None, "megatron"):
