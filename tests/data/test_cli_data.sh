@@ -49,6 +49,10 @@ python3 -c "import json; c=json.load(open('$T/cursor.json')); assert c['consumed
 expect_rc 0 "$AC_BIN" data sample $S --dp-size 4 --steps 6 --tokens --cursor-in "$T/cursor.json"
 grep -o '"sample":[0-9]*,"dataset":[0-9]*,"dataset_sample":[0-9]*,"tokens":\[[0-9,]*\]' "$T/out" >> "$T/got"
 cmp "$T/ref" "$T/got" || fail "resume under another DP size changed the sample stream"
+# Under mpirun each rank draws its own DP slice: together they are the single-process stream.
+expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" data sample $S --dp-size 2 --steps 3 --tokens
+grep -o '"sample":[0-9]*,"dataset":[0-9]*,"dataset_sample":[0-9]*,"tokens":\[[0-9,]*\]' "$T/out" | sort > "$T/mpi"
+head -n 12 "$T/ref" | sort | cmp - "$T/mpi" || fail "2 MPI ranks did not draw the 12 samples of one process"
 expect_rc 2 "$AC_BIN" data sample --data "$T/m1" --seq-len 32 --seed 8 --cursor-in "$T/cursor.json"
 expect_out "cursor.json: seed"
 echo "PASS"
