@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "bench/checkpoint_bench.h"
 #include "bench/comm_bench.h"
 #include "dist/error.h"
 #include "dist/runtime.h"
@@ -80,6 +81,28 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "out", po::value<std::string>()->value_name("DIR"), "write DIR/manifest.json and DIR/comm_bench.jsonl");
     },
     run_bench_comm}));
+
+int run_bench_checkpoint(const po::variables_map& vm, RunContext& ctx) {
+  bench::CheckpointBenchOptions opt;
+  opt.dir = vm["dir"].as<std::string>();
+  opt.total_bytes = parse_size(vm["bytes"].as<std::string>(), "--bytes");
+  opt.repeats = vm["repeats"].as<int>();
+  opt.drop_caches = !vm["keep-cache"].as<bool>();
+  if (opt.repeats < 1) throw InputError("command line", "--repeats", "must be >= 1");
+  const std::string report = bench::run_checkpoint_bench(ctx.runtime.world(), opt);
+  if (ctx.runtime.is_root()) std::cout << report << std::flush;
+  return kExitOk;
+}
+
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "bench checkpoint", "checkpoint write/read GB/s vs plain sequential writes+fsync and reads of the same bytes",
+    [](po::options_description& d) {
+      d.add_options()("dir", po::value<std::string>()->default_value("runs/bench-checkpoint"), "scratch directory on the disk to measure")(
+          "bytes", po::value<std::string>()->default_value("1GiB"), "state size over all ranks")(
+          "repeats", po::value<int>()->default_value(3), "alternating repeats (medians reported)")(
+          "keep-cache", po::bool_switch(), "do not drop the page cache before reads");
+    },
+    run_bench_checkpoint}));
 
 }  // namespace
 }  // namespace ac::launcher

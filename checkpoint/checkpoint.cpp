@@ -1,0 +1,506 @@
+// Collective HDF5 checkpoint writes with atomic commit, and slice-wise reads (see
+// checkpoint.h and docs/checkpoint-format.md).
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "checkpoint/hdf5_util.h"
+#include "dist/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ac::checkpoint {
+namespace {
+
+using h5::check;
+using h5::Handle;
+
+// CRC32 (zlib) of a contiguous tensor's bytes.
+uint64_t crc32_of(const torch::Tensor& t) {
+  const auto* bytes = static_cast<const Bytef*>(t.data_ptr());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int64_t left = t.numel() * t.element_size(); left > 0;) {
+    const uInt n = static_cast<uInt>(std::min<int64_t>(left, int64_t(1) << 30));
+    crc = crc32(crc, bytes, n);
+    bytes += n;
+    left -= n;
+  }
+  return crc;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Everything about one dataset that all ranks must agree on before the collective writes.
+struct DatasetPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  torch::ScalarType dtype = torch::kFloat;
+  int64_t rounds = 1;  // collective H5Dwrite calls (large slices are split along dim 0)
+};
+
+// Allgathers a JSON value from every rank (as strings of varying length).
+std::vector<nlohmann::json> allgather_json(MPI_Comm comm, const nlohmann::json& mine) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  const std::string s = mine.dump();
+  int len = static_cast<int>(s.size());
+  std::vector<int> lens(size), displs(size);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::string all(static_cast<size_t>(total), '\0');
+  MPI_Allgatherv(s.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, comm);
+  std::vector<nlohmann::json> out;
+  for (int r = 0; r < size; ++r) out.push_back(nlohmann::json::parse(all.substr(displs[r], lens[r])));
+  return out;
+}
+
+void fsync_path(const fs::path& p, bool directory) {
+  int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw std::runtime_error(p.string() + ": cannot open for fsync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(p.string() + ": fsync failed");
+}
+
+// Rank 0 runs `body`; every rank returns normally or throws rank 0's error.
+void on_root_then_share(MPI_Comm comm, const std::function<void()>& body) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string err;
+  if (rank == 0) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      err = e.what();
+      if (err.empty()) err = "unknown error";
+    }
+  }
+  int len = static_cast<int>(err.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, comm);
+  err.resize(static_cast<size_t>(len));
+  MPI_Bcast(err.data(), len, MPI_CHAR, 0, comm);
+  if (len > 0) throw std::runtime_error(err);
+}
+
+// Every rank agrees that every rank succeeded, or all throw the first message.
+void agree(MPI_Comm comm, const std::string& local_error) {
+  auto errors = allgather_json(comm, local_error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    const std::string e = errors[r].get<std::string>();
+    if (!e.empty()) throw std::runtime_error(errors.size() > 1 ? "rank " + std::to_string(r) + ": " + e : e);
+  }
+}
+
+std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedTensor>& tensors,
+                                       int64_t max_bytes_per_write) {
+  nlohmann::json mine = nlohmann::json::array();
+  for (const auto& t : tensors) {
+    if (!t.local.defined()) throw std::invalid_argument("checkpoint: tensor " + t.name + " is undefined");
+    const int64_t bytes = t.write ? t.local.numel() * t.local.element_size() : 0;
+    mine.push_back({t.name, t.global_shape, static_cast<int>(t.local.scalar_type()),
+                    (bytes + max_bytes_per_write - 1) / max_bytes_per_write});
+  }
+  std::map<std::string, DatasetPlan> plans;
+  const auto all = allgather_json(comm, mine);
+  for (size_t r = 0; r < all.size(); ++r) {
+    for (const auto& e : all[r]) {
+      DatasetPlan p{e[0].get<std::string>(), e[1].get<std::vector<int64_t>>(),
+                    static_cast<torch::ScalarType>(e[2].get<int>()), std::max<int64_t>(1, e[3].get<int64_t>())};
+      auto it = plans.find(p.name);
+      if (it == plans.end()) {
+        plans.emplace(p.name, p);
+      } else {
+        if (it->second.shape != p.shape || it->second.dtype != p.dtype)
+          throw InputError("checkpoint", p.name,
+                           "ranks disagree on the tensor: " + shape_str(it->second.shape) + " " +
+                               h5::dtype_name(it->second.dtype) + " vs " + shape_str(p.shape) + " " +
+                               h5::dtype_name(p.dtype) + " on rank " + std::to_string(r));
+        it->second.rounds = std::max(it->second.rounds, p.rounds);
+      }
+    }
+  }
+  std::vector<DatasetPlan> out;
+  for (auto& [_, p] : plans) out.push_back(p);
+  return out;  // sorted by name: the same order on every rank
+}
+
+void check_slice(const ShardedTensor& t) {
+  const auto& g = t.global_shape;
+  if (static_cast<int64_t>(g.size()) != t.local.dim())
+    throw InputError("checkpoint", t.name, "local tensor has " + std::to_string(t.local.dim()) +
+                                               " dims, global shape " + shape_str(g));
+  for (size_t d = 0; d < g.size(); ++d) {
+    const int64_t off = t.offset.empty() ? 0 : t.offset[d];
+    if (off < 0 || off + t.local.size(static_cast<int64_t>(d)) > g[d])
+      throw InputError("checkpoint", t.name, "slice at offset " + shape_str(t.offset) + " of shape " +
+                                                 c10::str(t.local.sizes()) + " exceeds " + shape_str(g));
+  }
+}
+
+void write_json_attributes(hid_t obj, const nlohmann::json& attributes) {
+  if (attributes.is_null()) return;
+  if (!attributes.is_object()) throw std::invalid_argument("checkpoint attributes must be a JSON object");
+  std::vector<std::string> json_keys;
+  for (const auto& [k, v] : attributes.items()) {
+    if (k == "format" || k == "format_version" || k == "step" || k == "json_attributes")
+      throw std::invalid_argument("checkpoint attribute '" + k + "' is reserved");
+    if (v.is_number_integer()) h5::write_int_attr(obj, k, v.get<int64_t>());
+    else if (v.is_string()) h5::write_string_attr(obj, k, v.get<std::string>());
+    else {
+      h5::write_string_attr(obj, k, v.dump());
+      json_keys.push_back(k);
+    }
+  }
+  h5::write_string_attr(obj, "json_attributes", nlohmann::json(json_keys).dump());
+}
+
+}  // namespace
+
+std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
+                            const std::vector<ShardedTensor>& tensors, const nlohmann::json& attributes,
+                            const nlohmann::json& per_rank, const SaveOptions& opt) {
+  h5::quiet_errors();
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const fs::path final_path = fs::path(dir) / ("step_" + std::to_string(step) + ".h5");
+  const fs::path tmp_path = fs::path(final_path.string() + ".tmp");
+
+  for (const auto& t : tensors) check_slice(t);
+  const auto plans = plan_datasets(comm, tensors, opt.max_bytes_per_write);
+  std::map<std::string, const ShardedTensor*> local;
+  for (const auto& t : tensors) {
+    if (local.count(t.name)) throw std::invalid_argument("checkpoint: tensor " + t.name + " given twice");
+    local[t.name] = &t;
+  }
+
+  // A stale temporary from a crashed save is removed; the previous good files are untouched.
+  on_root_then_share(comm, [&] {
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".tmp") fs::remove(e.path());
+  });
+
+  std::string error;
+  nlohmann::json checksums = nlohmann::json::object();
+  try {
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    check(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+    H5Pset_all_coll_metadata_ops(fapl, true);
+    H5Pset_coll_metadata_write(fapl, true);
+    H5Pset_alignment(fapl, static_cast<hsize_t>(opt.alignment), static_cast<hsize_t>(opt.alignment));
+    Handle file(check(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), tmp_path.string() + ": create"),
+                H5Fclose);
+    Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+
+    for (const DatasetPlan& p : plans) {
+      const std::string ctx = tmp_path.string() + ": dataset " + p.name;
+      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+      Handle fspace(dims.empty() ? H5Screate(H5S_SCALAR)
+                                 : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                    H5Sclose);
+      Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+      H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+      H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+      Handle ftype = h5::file_type(p.dtype);
+      Handle dset(check(H5Dcreate2(file, p.name.c_str(), ftype, fspace, lcpl, dcpl, H5P_DEFAULT), ctx + ": create"),
+                  H5Dclose);
+      h5::write_string_attr(dset, "dtype", h5::dtype_name(p.dtype));
+
+      auto it = local.find(p.name);
+      const ShardedTensor* t = (it != local.end() && it->second->write) ? it->second : nullptr;
+      torch::Tensor data;
+      if (t) data = t->local.contiguous();
+      const int64_t rows = t && data.dim() > 0 ? data.size(0) : (t ? 1 : 0);
+      const int64_t rows_per_round = (rows + p.rounds - 1) / std::max<int64_t>(1, p.rounds);
+      nlohmann::json my_sums = nlohmann::json::array();
+      for (int64_t round = 0; round < p.rounds; ++round) {
+        Handle fsel(H5Dget_space(dset), H5Sclose);
+        Handle msel;
+        const void* buf = &round;  // any valid pointer when nothing is selected
+        const int64_t r0 = round * rows_per_round;
+        const int64_t nrows = t ? std::max<int64_t>(0, std::min(rows_per_round, rows - r0)) : 0;
+        if (nrows > 0 && data.numel() > 0) {
+          std::vector<hsize_t> start(dims.size()), count(dims.size());
+          for (size_t d = 0; d < dims.size(); ++d) {
+            start[d] = static_cast<hsize_t>(t->offset.empty() ? 0 : t->offset[d]);
+            count[d] = static_cast<hsize_t>(data.size(static_cast<int64_t>(d)));
+          }
+          torch::Tensor piece = data;
+          if (!dims.empty()) {
+            start[0] += static_cast<hsize_t>(r0);
+            count[0] = static_cast<hsize_t>(nrows);
+            piece = data.narrow(0, r0, nrows);
+          }
+          if (dims.empty()) {  // a scalar: the whole (one-element) space
+            H5Sselect_all(fsel);
+            msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
+          } else {
+            check(H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), ctx);
+            msel = Handle(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+          }
+          buf = piece.data_ptr();
+          if (opt.checksums) {
+            const uint64_t crc = crc32_of(piece);
+            std::vector<int64_t> s(start.begin(), start.end()), c(count.begin(), count.end());
+            my_sums.push_back({{"offset", s}, {"shape", c}, {"crc32", crc}});
+          }
+        } else {
+          H5Sselect_none(fsel);
+          msel = Handle(H5Scopy(fsel), H5Sclose);
+          H5Sselect_none(msel);
+        }
+        check(H5Dwrite(dset, ftype, msel, fsel, dxpl, buf), ctx + ": write");
+      }
+      if (opt.checksums) checksums[p.name] = my_sums;
+    }
+
+    // Root attributes (collective: identical arguments on every rank).
+    h5::write_string_attr(file, "format", kFormatName);
+    h5::write_int_attr(file, "format_version", kFormatVersion);
+    h5::write_int_attr(file, "step", step);
+    write_json_attributes(file, attributes);
+    const auto ranks = allgather_json(comm, per_rank);
+    h5::write_string_attr(file, "per_rank", nlohmann::json(ranks).dump());
+    h5::write_int_attr(file, "world_size", size);
+    if (opt.checksums) {
+      const auto all = allgather_json(comm, checksums);
+      for (const DatasetPlan& p : plans) {
+        nlohmann::json slices = nlohmann::json::array();
+        for (const auto& r : all)
+          if (r.contains(p.name))
+            for (const auto& s : r[p.name]) slices.push_back(s);
+        Handle dset(H5Dopen2(file, p.name.c_str(), H5P_DEFAULT), H5Dclose);
+        h5::write_string_attr(dset, "crc32_slices", slices.dump());
+      }
+    }
+    if (file.close() < 0) throw std::runtime_error(tmp_path.string() + ": close: " + h5::error_stack());
+  } catch (const std::exception& e) {
+    error = e.what();
+    // MPI-IO reports a full disk only as "file write failed": say what is likely.
+    std::error_code ec;
+    const auto space = fs::space(dir, ec);
+    if (!ec && space.available < (uint64_t(1) << 20))
+      error += " (the disk holding " + dir + " is full: " + std::to_string(space.available) + " bytes free)";
+  }
+  agree(comm, error);  // every rank finished its part, or all fail together
+
+  // Commit: fsync, rename into place, then move the pointer; drop old checkpoints.
+  try {
+    on_root_then_share(comm, [&] {
+      fsync_path(tmp_path, false);
+      fs::rename(tmp_path, final_path);
+      fsync_path(fs::path(dir), true);
+      const fs::path latest = fs::path(dir) / "latest";
+      const fs::path latest_tmp = fs::path(dir) / "latest.tmp";
+      {
+        std::ofstream out(latest_tmp, std::ios::trunc);
+        out << final_path.filename().string() << "\n";
+        out.flush();
+        if (!out) throw std::runtime_error(latest_tmp.string() + ": write failed");
+      }
+      fsync_path(latest_tmp, false);
+      fs::rename(latest_tmp, latest);
+      fsync_path(fs::path(dir), true);
+      if (opt.keep_last > 0) {
+        std::vector<std::pair<int64_t, fs::path>> steps;
+        const std::regex pat("step_([0-9]+)\\.h5");
+        for (const auto& e : fs::directory_iterator(dir)) {
+          std::smatch m;
+          const std::string fname = e.path().filename().string();
+          if (std::regex_match(fname, m, pat)) steps.emplace_back(std::stoll(m[1]), e.path());
+        }
+        std::sort(steps.begin(), steps.end());
+        for (size_t i = 0; i + opt.keep_last < steps.size(); ++i)
+          if (steps[i].second != final_path) fs::remove(steps[i].second);
+      }
+    });
+  } catch (...) {
+    on_root_then_share(comm, [&] { fs::remove(tmp_path); });
+    throw;
+  }
+  return final_path.string();
+}
+
+std::string resolve_latest(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  std::ifstream in(latest);
+  if (!in) throw InputError(latest.string(), "latest", "no checkpoint pointer (nothing saved yet?)");
+  std::string name;
+  std::getline(in, name);
+  if (name.empty() || name.find('/') != std::string::npos)
+    throw InputError(latest.string(), "latest", "malformed pointer '" + name + "'");
+  const fs::path target = fs::path(dir) / name;
+  if (!fs::exists(target)) throw InputError(latest.string(), "latest", "points to missing " + target.string());
+  return target.string();
+}
+
+// ---- reading -----------------------------------------------------------------------------
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  h5::quiet_errors();
+  if (!fs::exists(path)) throw InputError(path, "file", "no such checkpoint");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    throw InputError(path, "file", "not an HDF5 file (truncated or corrupt)");
+  }
+  file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file_ < 0) throw InputError(path, "file", "cannot open: " + h5::error_stack() + " (truncated or corrupt?)");
+  try {
+    if (!h5::has_attr(file_, "format") || h5::read_string_attr(file_, "format", path) != kFormatName)
+      throw InputError(path, "format", "not an autocompress checkpoint");
+    const int64_t version = h5::read_int_attr(file_, "format_version", path);
+    if (version > kFormatVersion)
+      throw InputError(path, "format_version", "file has format version " + std::to_string(version) +
+                                                   ", this build reads up to " + std::to_string(kFormatVersion) +
+                                                   " (upgrade autocompress)");
+    attributes_ = nlohmann::json::object();
+    std::set<std::string> json_keys;
+    if (h5::has_attr(file_, "json_attributes"))
+      for (const auto& k : nlohmann::json::parse(h5::read_string_attr(file_, "json_attributes", path)))
+        json_keys.insert(k.get<std::string>());
+    Handle root(check(H5Gopen2(file_, "/", H5P_DEFAULT), path), H5Gclose);
+    const hsize_t n_attrs = h5::num_attributes(root, path);
+    for (hsize_t i = 0; i < n_attrs; ++i) {
+      char name[256] = {0};
+      Handle a(H5Aopen_by_idx(root, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      H5Aget_name(a, sizeof(name) - 1, name);
+      Handle type(H5Aget_type(a), H5Tclose);
+      if (H5Tget_class(type) == H5T_STRING) {
+        const std::string v = h5::read_string_attr(file_, name, path);
+        attributes_[name] = (json_keys.count(name) || std::string(name) == "per_rank") ? nlohmann::json::parse(v)
+                                                                                        : nlohmann::json(v);
+      } else {
+        attributes_[name] = h5::read_int_attr(file_, name, path);
+      }
+    }
+    const std::vector<std::string> names = h5::list_datasets(file_, path);
+    for (const auto& n : names) {
+      Handle d(check(H5Dopen2(file_, n.c_str(), H5P_DEFAULT), path + ": dataset " + n), H5Dclose);
+      Handle sp(H5Dget_space(d), H5Sclose);
+      Handle ty(H5Dget_type(d), H5Tclose);
+      DatasetInfo info;
+      info.name = n;
+      const int nd = H5Sget_simple_extent_ndims(sp);
+      std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+      H5Sget_simple_extent_dims(sp, dims.data(), nullptr);
+      info.shape.assign(dims.begin(), dims.end());
+      const auto t = h5::torch_type(ty, path + ": dataset " + n);
+      info.dtype = h5::dtype_name(t);
+      info.bytes = static_cast<int64_t>(H5Sget_simple_extent_npoints(sp)) * static_cast<int64_t>(H5Tget_size(ty));
+      datasets_.push_back(info);
+    }
+  } catch (const std::runtime_error& e) {
+    H5Fclose(file_);
+    file_ = -1;
+    if (dynamic_cast<const InputError*>(&e)) throw;
+    throw InputError(path, "file", e.what());
+  }
+}
+
+CheckpointReader::~CheckpointReader() {
+  if (file_ >= 0) H5Fclose(file_);
+}
+
+int64_t CheckpointReader::step() const { return attributes_.at("step").get<int64_t>(); }
+
+bool CheckpointReader::has(const std::string& name) const {
+  return std::any_of(datasets_.begin(), datasets_.end(), [&](const auto& d) { return d.name == name; });
+}
+
+const DatasetInfo& CheckpointReader::info(const std::string& name) const {
+  for (const auto& d : datasets_)
+    if (d.name == name) return d;
+  throw InputError(path_, name, "no such dataset in the checkpoint");
+}
+
+torch::Tensor CheckpointReader::read(const std::string& name, std::vector<int64_t> offset,
+                                     std::vector<int64_t> count) const {
+  const DatasetInfo& di = info(name);
+  const std::string ctx = path_ + ": dataset " + name;
+  if (offset.empty()) offset.assign(di.shape.size(), 0);
+  if (count.empty()) {
+    count = di.shape;
+    for (size_t d = 0; d < count.size(); ++d) count[d] -= offset[d];
+  }
+  if (offset.size() != di.shape.size() || count.size() != di.shape.size())
+    throw InputError(path_, name, "slice rank does not match the dataset's " + shape_str(di.shape));
+  for (size_t d = 0; d < di.shape.size(); ++d)
+    if (offset[d] < 0 || count[d] < 0 || offset[d] + count[d] > di.shape[d])
+      throw InputError(path_, name, "slice " + shape_str(offset) + " + " + shape_str(count) + " outside " +
+                                        shape_str(di.shape));
+  Handle d(check(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), ctx), H5Dclose);
+  Handle ty(H5Dget_type(d), H5Tclose);
+  const auto dtype = h5::torch_type(ty, ctx);
+  torch::Tensor out = torch::empty(count, torch::TensorOptions().dtype(dtype));
+  if (out.numel() == 0) return out;
+  Handle fsel(H5Dget_space(d), H5Sclose);
+  Handle msel;
+  if (di.shape.empty()) {
+    msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
+  } else {
+    std::vector<hsize_t> s(offset.begin(), offset.end()), c(count.begin(), count.end());
+    H5Sselect_hyperslab(fsel, H5S_SELECT_SET, s.data(), nullptr, c.data(), nullptr);
+    msel = Handle(H5Screate_simple(static_cast<int>(c.size()), c.data(), nullptr), H5Sclose);
+  }
+  Handle mtype = h5::file_type(dtype);
+  if (H5Dread(d, mtype, msel, fsel, H5P_DEFAULT, out.data_ptr()) < 0)
+    throw InputError(path_, name, "read failed: " + h5::error_stack() + " (truncated or corrupt file?)");
+  return out;
+}
+
+void CheckpointReader::read_into(const std::string& name, torch::Tensor& out, const std::vector<int64_t>& offset,
+                                 const std::vector<int64_t>& expected_global_shape) const {
+  const DatasetInfo& di = info(name);
+  if (!expected_global_shape.empty() && di.shape != expected_global_shape)
+    throw InputError(path_, name, "has shape " + shape_str(di.shape) + ", expected " + shape_str(expected_global_shape));
+  torch::Tensor t = read(name, offset, out.sizes().vec());
+  torch::NoGradGuard ng;
+  out.copy_(t);
+}
+
+std::vector<std::string> CheckpointReader::verify(bool checksums) const {
+  std::vector<std::string> problems;
+  for (const auto& di : datasets_) {
+    try {
+      Handle d(check(H5Dopen2(file_, di.name.c_str(), H5P_DEFAULT), path_ + ": dataset " + di.name), H5Dclose);
+      if (checksums && h5::has_attr(d, "crc32_slices")) {
+        const auto slices = nlohmann::json::parse(h5::read_string_attr(d, "crc32_slices", path_));
+        for (const auto& s : slices) {
+          torch::Tensor t = read(di.name, s["offset"].get<std::vector<int64_t>>(), s["shape"].get<std::vector<int64_t>>());
+          if (crc32_of(t) != s["crc32"].get<uint64_t>())
+            problems.push_back(path_ + ": dataset " + di.name + ": checksum mismatch in slice at offset " +
+                               shape_str(s["offset"].get<std::vector<int64_t>>()));
+        }
+      } else {
+        read(di.name);
+      }
+    } catch (const std::exception& e) {
+      problems.push_back(e.what());
+    }
+  }
+  return problems;
+}
+
+}  // namespace ac::checkpoint

@@ -1,0 +1,89 @@
+// HDF5 checkpoints: one file per checkpoint, one dataset per logical tensor at its global
+// shape, written collectively as hyperslabs by the ranks that own them, committed
+// atomically (temporary name, fsync, rename, then the `latest` pointer). Any layout can
+// read any slice back. Format: docs/checkpoint-format.md.
+#pragma once
+
+#include <mpi.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ac::checkpoint {
+
+constexpr int kFormatVersion = 1;
+constexpr const char* kFormatName = "autocompress-checkpoint";
+
+// One tensor as this rank holds it.
+struct ShardedTensor {
+  std::string name;                   // "model/layers.3.mlp.w1", "optimizer/exp_avg/0"
+  std::vector<int64_t> global_shape;  // the logical tensor's shape
+  std::vector<int64_t> offset;        // where `local` starts in it (empty: all zeros)
+  torch::Tensor local;                // CPU tensor: f32, f64, bf16, f16, i64, i32, u8
+  bool write = true;                  // false on replicas: each element is written by one rank
+};
+
+struct SaveOptions {
+  int keep_last = 3;                  // older step_*.h5 are deleted after the pointer moves (0: keep all)
+  bool checksums = true;              // CRC32 of every written slice, stored per dataset
+  int64_t alignment = int64_t(16) << 20;  // H5Pset_alignment for objects of at least this size
+  int64_t max_bytes_per_write = int64_t(1) << 30;  // split larger slices (MPI-IO 2 GiB limits)
+};
+
+// Collective over `comm`. Writes <dir>/step_<step>.h5 (through <dir>/step_<step>.h5.tmp),
+// then points <dir>/latest at it. `attributes` (identical on every rank) become root
+// attributes: integers and strings as such, anything else as a JSON string.
+// `per_rank` (may differ per rank, e.g. RNG states) is gathered into the "per_rank"
+// attribute, a JSON array indexed by rank. Returns the final path.
+std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
+                            const std::vector<ShardedTensor>& tensors, const nlohmann::json& attributes,
+                            const nlohmann::json& per_rank = nullptr, const SaveOptions& options = {});
+
+// The checkpoint <dir>/latest points to. Throws ac::InputError when there is none or the
+// pointer is bad.
+std::string resolve_latest(const std::string& dir);
+
+struct DatasetInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;  // "float32", "bfloat16", ...
+  int64_t bytes = 0;
+};
+
+// Reads a checkpoint file. Each rank opens the file read-only on its own and reads only
+// the slices it asks for. Opening checks the format name and version.
+class CheckpointReader {
+ public:
+  explicit CheckpointReader(const std::string& path);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const nlohmann::json& attributes() const { return attributes_; }  // JSON-string attributes parsed
+  int64_t step() const;
+  const std::vector<DatasetInfo>& datasets() const { return datasets_; }
+  bool has(const std::string& name) const;
+  const DatasetInfo& info(const std::string& name) const;  // throws InputError naming file + dataset
+
+  // The hyperslab [offset, offset + count) in the stored dtype. Empty offset/count: all.
+  torch::Tensor read(const std::string& name, std::vector<int64_t> offset = {}, std::vector<int64_t> count = {}) const;
+  // Reads the slice that `out` covers at `offset`, checking that the dataset has
+  // `expected_global_shape` (when given); converts to out's dtype.
+  void read_into(const std::string& name, torch::Tensor& out, const std::vector<int64_t>& offset,
+                 const std::vector<int64_t>& expected_global_shape = {}) const;
+
+  // Reads every dataset; checks recorded checksums. Returns the problems found (empty: ok).
+  std::vector<std::string> verify(bool checksums = true) const;
+
+ private:
+  std::string path_;
+  long long file_ = -1;  // hid_t
+  nlohmann::json attributes_;
+  std::vector<DatasetInfo> datasets_;
+};
+
+}  // namespace ac::checkpoint

@@ -1,0 +1,95 @@
+// `autocompress checkpoint inspect|verify`: look inside an HDF5 checkpoint.
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "dist/error.h"
+#include "dist/runtime.h"
+#include "launcher/command.h"
+
+namespace ac::launcher {
+namespace {
+
+// A directory means "the checkpoint its `latest` points to".
+std::string resolve(const std::string& path) {
+  return std::filesystem::is_directory(path) ? checkpoint::resolve_latest(path) : path;
+}
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(u ? 1 : 0) << b << " " << units[u];
+  return os.str();
+}
+
+int run_inspect(const po::variables_map& vm, RunContext& ctx) {
+  if (!ctx.runtime.is_root()) return kExitOk;
+  const std::string path = resolve(vm["path"].as<std::string>());
+  checkpoint::CheckpointReader r(path);
+  if (vm["json"].as<bool>()) {
+    nlohmann::json j{{"path", path}, {"attributes", r.attributes()}, {"datasets", nlohmann::json::array()}};
+    for (const auto& d : r.datasets())
+      j["datasets"].push_back({{"name", d.name}, {"shape", d.shape}, {"dtype", d.dtype}, {"bytes", d.bytes}});
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+  int64_t total = 0;
+  for (const auto& d : r.datasets()) total += d.bytes;
+  std::cout << path << "\n  file size  " << human_bytes(double(std::filesystem::file_size(path))) << " ("
+            << r.datasets().size() << " datasets, " << human_bytes(double(total)) << " of tensor data)\n";
+  for (const auto& [k, v] : r.attributes().items()) {
+    std::string s = v.is_string() ? v.get<std::string>() : v.dump();
+    if (s.size() > 100) s = s.substr(0, 97) + "...";
+    std::cout << "  " << std::left << std::setw(16) << k << " " << s << "\n";
+  }
+  std::cout << "\n  " << std::left << std::setw(48) << "dataset" << std::setw(10) << "dtype" << std::setw(22) << "shape"
+            << "size\n";
+  for (const auto& d : r.datasets()) {
+    std::string shape = "[";
+    for (size_t i = 0; i < d.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(d.shape[i]);
+    shape += "]";
+    std::cout << "  " << std::left << std::setw(48) << d.name << std::setw(10) << d.dtype << std::setw(22) << shape
+              << human_bytes(double(d.bytes)) << "\n";
+  }
+  return kExitOk;
+}
+
+int run_verify(const po::variables_map& vm, RunContext& ctx) {
+  if (!ctx.runtime.is_root()) return kExitOk;
+  const std::string path = resolve(vm["path"].as<std::string>());
+  checkpoint::CheckpointReader r(path);
+  const auto problems = r.verify(!vm["no-checksums"].as<bool>());
+  for (const auto& p : problems) std::cerr << "autocompress: error: " << p << "\n";
+  if (!problems.empty()) return kExitUsage;
+  std::cout << path << ": ok (" << r.datasets().size() << " datasets readable"
+            << (vm["no-checksums"].as<bool>() ? "" : ", checksums match") << ")\n";
+  return kExitOk;
+}
+
+void path_option(po::options_description& d) {
+  d.add_options()("path", po::value<std::string>()->required(), "checkpoint file, or a directory (uses its `latest`)");
+}
+void path_positional(po::positional_options_description& p) { p.add("path", 1); }
+
+AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint inspect", "layout, tensors, shapes, dtypes, attributes and size of a checkpoint",
+                                   [](po::options_description& d) {
+                                     path_option(d);
+                                     d.add_options()("json", po::bool_switch(), "print JSON");
+                                   },
+                                   run_inspect, path_positional}));
+AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint verify", "read every dataset of a checkpoint and check its checksums",
+                                   [](po::options_description& d) {
+                                     path_option(d);
+                                     d.add_options()("no-checksums", po::bool_switch(), "only check that every dataset reads");
+                                   },
+                                   run_verify, path_positional}));
+
+}  // namespace
+}  // namespace ac::launcher

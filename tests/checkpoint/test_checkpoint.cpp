@@ -1,0 +1,266 @@
+// Checkpoint save/load: bitwise round trips, loads under any partition, attributes, atomic
+// pointer and retention, and bad files (truncated, corrupt with checksums, missing dataset,
+// wrong shape, newer format). Runs at 1, 2 and 4 ranks.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "dist/error.h"
+
+namespace fs = std::filesystem;
+using namespace ac::checkpoint;
+
+namespace {
+
+struct World {
+  int rank = 0, size = 1;
+  World() {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+  }
+};
+
+// A scratch directory shared by all ranks of this test.
+std::string scratch(const std::string& name) {
+  const char* base = std::getenv("AC_TEST_TMP");
+  fs::path p = fs::path(base ? base : "/tmp/ac-ckpt-test") / name;
+  World w;
+  if (w.rank == 0) {
+    fs::remove_all(p);
+    fs::create_directories(p);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return p.string();
+}
+
+// The full tensors every rank can compute, and the pieces it saves.
+torch::Tensor full_tensor(const std::string& name, torch::ScalarType dt) {
+  torch::manual_seed(std::hash<std::string>{}(name) % 100000);
+  if (dt == torch::kLong) return torch::randint(-1000000, 1000000, {12, 8}, torch::kLong);
+  return torch::randn({12, 8}).to(dt);
+}
+
+template <class F>
+std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const ac::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kLong};
+
+std::vector<ShardedTensor> sharded_state(const World& w) {
+  std::vector<ShardedTensor> ts;
+  for (auto dt : kDtypes) {
+    const std::string base = std::string("model/") + c10::toString(dt);
+    torch::Tensor full = full_tensor(base, dt);
+    // Rows split over the world (TP column-parallel style; 12 rows split over 1, 2, 4).
+    const int64_t r = 12 / w.size;
+    ts.push_back({base + ".rows", {12, 8}, {r * w.rank, 0}, full.narrow(0, r * w.rank, r).clone(), true});
+    // Columns split (row-parallel style).
+    const int64_t c = 8 / w.size;
+    ts.push_back({base + ".cols", {12, 8}, {0, c * w.rank}, full.narrow(1, c * w.rank, c).clone(), true});
+    // Replicated: only rank 0 writes.
+    ts.push_back({base + ".replicated", {12, 8}, {0, 0}, full.clone(), w.rank == 0});
+  }
+  ts.push_back({"optimizer/step_count", {}, {}, torch::tensor(int64_t(7)), w.rank == 0});
+  return ts;
+}
+
+}  // namespace
+
+TEST(Checkpoint, RoundTripIsBitwiseAndAnyPartitionLoads) {
+  World w;
+  const std::string dir = scratch("roundtrip");
+  const std::string path = save_checkpoint(MPI_COMM_WORLD, dir, 10, sharded_state(w), {{"tokens_seen", 12345}});
+  EXPECT_EQ(resolve_latest(dir), path);
+  CheckpointReader r(path);
+  EXPECT_EQ(r.step(), 10);
+  for (auto dt : kDtypes) {
+    const std::string base = std::string("model/") + c10::toString(dt);
+    const torch::Tensor full = full_tensor(base, dt);
+    for (const char* kind : {".rows", ".cols", ".replicated"}) {
+      const std::string name = base + kind;
+      torch::Tensor back = r.read(name);
+      EXPECT_EQ(back.scalar_type(), dt) << name;
+      EXPECT_TRUE(torch::equal(back, full)) << name << " is not bitwise equal";
+      // Load under other layouts: 1, 2, 3, 4 and 6 parts along either dim, each part alone.
+      for (int parts : {1, 2, 3, 4, 6}) {
+        for (int part = 0; part < parts; ++part) {
+          const int64_t rows = 12 / parts;
+          torch::Tensor slice = r.read(name, {rows * part, 0}, {rows, 8});
+          EXPECT_TRUE(torch::equal(slice, full.narrow(0, rows * part, rows))) << name << " part " << part;
+        }
+      }
+      torch::Tensor cols = torch::empty({12, 2}, torch::TensorOptions().dtype(torch::kDouble));
+      r.read_into(name, cols, {0, 6}, {12, 8});
+      EXPECT_TRUE(torch::equal(cols, full.narrow(1, 6, 2).to(torch::kDouble))) << name;
+    }
+  }
+  EXPECT_EQ(r.read("optimizer/step_count").item<int64_t>(), 7);
+  EXPECT_TRUE(r.verify().empty());
+}
+
+TEST(Checkpoint, AttributesRoundTrip) {
+  World w;
+  const std::string dir = scratch("attrs");
+  nlohmann::json attrs = {{"tokens_seen", int64_t(1) << 40},
+                          {"arch_spec", {{"hidden_size", 64}, {"layers", {1, 2, 3}}}},
+                          {"layout", {{"tp", w.size}, {"dp", 1}}},
+                          {"software", "autocompress test"}};
+  const std::string path = save_checkpoint(MPI_COMM_WORLD, dir, 3, sharded_state(w), attrs,
+                                           {{"rng", 1000 + w.rank}});
+  CheckpointReader r(path);
+  const auto& a = r.attributes();
+  EXPECT_EQ(a.at("format").get<std::string>(), kFormatName);
+  EXPECT_EQ(a.at("format_version").get<int>(), kFormatVersion);
+  EXPECT_EQ(a.at("tokens_seen").get<int64_t>(), int64_t(1) << 40);
+  EXPECT_EQ(a.at("arch_spec"), attrs["arch_spec"]);
+  EXPECT_EQ(a.at("layout"), attrs["layout"]);
+  EXPECT_EQ(a.at("software").get<std::string>(), "autocompress test");
+  ASSERT_EQ(a.at("per_rank").size(), size_t(w.size));
+  for (int rr = 0; rr < w.size; ++rr) EXPECT_EQ(a.at("per_rank")[rr]["rng"].get<int>(), 1000 + rr);
+  EXPECT_EQ(a.at("world_size").get<int>(), w.size);
+}
+
+TEST(Checkpoint, LatestPointerAndRetention) {
+  World w;
+  const std::string dir = scratch("retention");
+  SaveOptions opt;
+  opt.keep_last = 2;
+  for (int step = 1; step <= 5; ++step)
+    save_checkpoint(MPI_COMM_WORLD, dir, step * 100, sharded_state(w), {}, nullptr, opt);
+  EXPECT_EQ(resolve_latest(dir), (fs::path(dir) / "step_500.h5").string());
+  if (w.rank == 0) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+    std::sort(files.begin(), files.end());
+    EXPECT_EQ(files, (std::vector<std::string>{"latest", "step_400.h5", "step_500.h5"}));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(Checkpoint, StaleTemporaryIsRemovedAndPreviousKept) {
+  World w;
+  const std::string dir = scratch("stale");
+  save_checkpoint(MPI_COMM_WORLD, dir, 1, sharded_state(w), {});
+  if (w.rank == 0) std::ofstream(fs::path(dir) / "step_2.h5.tmp") << "half-written by a crashed job";
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(resolve_latest(dir), (fs::path(dir) / "step_1.h5").string());  // the pointer never saw step 2
+  save_checkpoint(MPI_COMM_WORLD, dir, 3, sharded_state(w), {});
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "step_2.h5.tmp"));
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "step_1.h5"));
+}
+
+TEST(Checkpoint, RanksThatDisagreeOnATensorAreRefused) {
+  World w;
+  if (w.size < 2) GTEST_SKIP() << "needs 2+ ranks";
+  const std::string dir = scratch("disagree");
+  std::vector<ShardedTensor> ts{{"model/x", {4, int64_t(w.rank == 0 ? 4 : 5)}, {0, 0}, torch::zeros({1, 4}), false}};
+  const std::string msg = input_error([&] { save_checkpoint(MPI_COMM_WORLD, dir, 1, ts, {}); });
+  EXPECT_NE(msg.find("model/x: ranks disagree on the tensor"), std::string::npos) << msg;
+}
+
+// ---- bad files: read by one rank, written by rank 0 ----------------------------------------
+
+class BadFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    World w;
+    dir_ = scratch("bad");
+    path_ = save_checkpoint(MPI_COMM_WORLD, dir_, 1, sharded_state(w), {});
+    if (w.rank != 0) GTEST_SKIP() << "file corruption checks run on rank 0";
+  }
+  std::string copy_to(const std::string& name) {
+    const std::string p = (fs::path(dir_) / name).string();
+    fs::copy_file(path_, p, fs::copy_options::overwrite_existing);
+    return p;
+  }
+  std::string dir_, path_;
+};
+
+TEST_F(BadFiles, TruncatedFileNamesTheFile) {
+  const std::string p = copy_to("truncated.h5");
+  fs::resize_file(p, fs::file_size(p) / 2);
+  const std::string msg = input_error([&] {
+    CheckpointReader r(p);
+    for (const auto& d : r.datasets()) r.read(d.name);
+  });
+  EXPECT_NE(msg.find("truncated.h5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+}
+
+TEST_F(BadFiles, FlippedByteIsCaughtByChecksums) {
+  const std::string p = copy_to("flipped.h5");
+  haddr_t where = 0;
+  {
+    hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "model/Float.rows", H5P_DEFAULT);
+    where = H5Dget_offset(d);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  ASSERT_NE(where, HADDR_UNDEF);
+  {
+    std::fstream io(p, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekg(static_cast<std::streamoff>(where + 17));
+    char c = 0;
+    io.read(&c, 1);
+    c ^= 0x10;
+    io.seekp(static_cast<std::streamoff>(where + 17));
+    io.write(&c, 1);
+  }
+  CheckpointReader r(p);
+  const auto problems = r.verify(true);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("flipped.h5: dataset model/Float.rows: checksum mismatch"), std::string::npos)
+      << problems[0];
+  EXPECT_TRUE(r.verify(false).empty()) << "without checksums the flip is invisible";
+}
+
+TEST_F(BadFiles, MissingDatasetAndWrongShapeNameFileAndDataset) {
+  CheckpointReader r(path_);
+  std::string msg = input_error([&] { r.read("model/nope"); });
+  EXPECT_NE(msg.find("step_1.h5: model/nope: no such dataset"), std::string::npos) << msg;
+  torch::Tensor out = torch::empty({12, 8});
+  msg = input_error([&] { r.read_into("model/Float.rows", out, {0, 0}, {12, 9}); });
+  EXPECT_NE(msg.find("model/Float.rows: has shape [12, 8], expected [12, 9]"), std::string::npos) << msg;
+  msg = input_error([&] { r.read("model/Float.rows", {10, 0}, {4, 8}); });
+  EXPECT_NE(msg.find("outside [12, 8]"), std::string::npos) << msg;
+}
+
+TEST_F(BadFiles, NewerFormatVersionAndForeignFilesAreRefused) {
+  const std::string p = copy_to("newer.h5");
+  {
+    hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+    int64_t v = 99;
+    H5Awrite(a, H5T_NATIVE_INT64, &v);
+    H5Aclose(a);
+    H5Fclose(f);
+  }
+  std::string msg = input_error([&] { CheckpointReader r(p); });
+  EXPECT_NE(msg.find("newer.h5: format_version: file has format version 99"), std::string::npos) << msg;
+
+  const std::string text = (fs::path(dir_) / "not_hdf5.h5").string();
+  std::ofstream(text) << "hello";
+  msg = input_error([&] { CheckpointReader r(text); });
+  EXPECT_NE(msg.find("not_hdf5.h5: file: not an HDF5 file"), std::string::npos) << msg;
+
+  const std::string foreign = (fs::path(dir_) / "foreign.h5").string();
+  hid_t f = H5Fcreate(foreign.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Fclose(f);
+  msg = input_error([&] { CheckpointReader r(foreign); });
+  EXPECT_NE(msg.find("foreign.h5: format: not an autocompress checkpoint"), std::string::npos) << msg;
+
+  msg = input_error([&] { resolve_latest((fs::path(dir_) / "empty-dir").string()); });
+  EXPECT_NE(msg.find("no checkpoint pointer"), std::string::npos) << msg;
+}
