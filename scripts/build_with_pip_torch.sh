@@ -34,6 +34,8 @@ CUDA_ARGS=()
 if [ -x /usr/local/cuda/bin/nvcc ]; then
   CUDA_ARGS=(-DCUDAToolkit_ROOT=/usr/local/cuda -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 fi
+# A fresh cache: find_library results from another LibTorch must not survive.
+rm -f "$BUILD_DIR/build/CMakeCache.txt"
 cmake -S . -B "$BUILD_DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$TORCH_DIR" "${CUDA_ARGS[@]}" \
   -DCMAKE_LIBRARY_PATH="$(cd "$UNPACK/torch/lib" && pwd)" \
