@@ -146,6 +146,11 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   int64_t offset = 0;
   for (int64_t e = 0; e < expert_start_; ++e) offset += counts_a[e];
   const int64_t k = spec_.top_k;
+  // Split the stacked weights once: per-expert indexing would give every expert's backward
+  // a full-size gradient of the stack.
+  auto ups = experts->up_proj.unbind(0), downs = experts->down_proj.unbind(0);
+  std::vector<torch::Tensor> gates;
+  if (spec_.activation == MlpActivation::SwiGLU) gates = experts->gate_proj.unbind(0);
   for (int64_t le = 0; le < local_experts_; ++le) {
     const int64_t n = counts_a[expert_start_ + le];
     if (n == 0) continue;
@@ -153,11 +158,11 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
     offset += n;
     auto tok = sel.div(k, "floor");
     auto xe = h.index_select(0, tok);
-    auto up = torch::matmul(xe, experts->up_proj[le].t());
+    auto up = torch::matmul(xe, ups[size_t(le)].t());
     auto a = spec_.activation == MlpActivation::SwiGLU
-                 ? torch::silu(torch::matmul(xe, experts->gate_proj[le].t())) * up
+                 ? torch::silu(torch::matmul(xe, gates[size_t(le)].t())) * up
                  : activate(up, spec_.activation);
-    auto ye = torch::matmul(a, experts->down_proj[le].t());
+    auto ye = torch::matmul(a, downs[size_t(le)].t());
     auto we = w.reshape({-1}).index_select(0, sel).unsqueeze(1);
     acc.index_add_(0, tok, (ye * we).to(torch::kFloat32));
   }
