@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden fixtures for the model/ tests, made with the real `transformers`.
 
-Creates tiny random-initialised models (LlamaForCausalLM, Qwen3ForCausalLM, NemotronH with
+Creates tiny random-initialised models (LlamaForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM
+(softmax router, SwiGLU experts), NemotronH with
 all four layer kinds M * - E, and NemotronH with a latent MoE), saves each with
 save_pretrained (safetensors + config.json) under tests/fixtures/model/<name>/ together with
 golden.safetensors (fixed input ids and the fp32 logits transformers computes) and meta.json
@@ -65,6 +66,16 @@ def qwen3():
     return transformers.Qwen3ForCausalLM(cfg)
 
 
+def qwen3_moe():
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, decoder_sparse_step=1,
+        mlp_only_layers=[], rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=128,
+        tie_word_embeddings=False)
+    return transformers.Qwen3MoeForCausalLM(cfg)
+
+
 def nemotron_h(latent):
     cfg = transformers.NemotronHConfig(
         vocab_size=96, hidden_size=64, hybrid_override_pattern="M*-EM-E" if not latent else "ME*E",
@@ -82,6 +93,7 @@ def nemotron_h(latent):
 FIXTURES = {
     "llama": (llama, 1),
     "qwen3": (qwen3, 2),
+    "qwen3_moe": (qwen3_moe, 5),
     "nemotron_h": (lambda: nemotron_h(False), 3),
     "nemotron_h_latent": (lambda: nemotron_h(True), 4),
 }

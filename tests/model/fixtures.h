@@ -15,6 +15,11 @@ namespace ac::model::testing {
 inline std::string fixture_dir(const std::string& name) { return std::string(AC_MODEL_FIXTURES) + "/" + name; }
 
 inline const std::vector<std::string>& fixture_names() {
+  static const std::vector<std::string> n = {"llama", "qwen3", "qwen3_moe", "nemotron_h", "nemotron_h_latent"};
+  return n;
+}
+// The fixtures whose config.json the ArchSpec readers take (no Qwen-MoE config reader yet).
+inline const std::vector<std::string>& config_fixture_names() {
   static const std::vector<std::string> n = {"llama", "qwen3", "nemotron_h", "nemotron_h_latent"};
   return n;
 }
@@ -26,16 +31,27 @@ inline ArchSpec fixture_spec(const std::string& name) {
   s.hidden_size = 64;
   s.dtype = "float32";
   s.max_position_embeddings = 128;
-  if (name == "llama" || name == "qwen3") {
-    const bool qwen = name == "qwen3";
+  if (name == "llama" || name == "qwen3" || name == "qwen3_moe") {
+    const bool qwen = name != "llama";
     s.family = qwen ? ModelFamily::Qwen3 : ModelFamily::Llama;
     s.norm_eps = qwen ? 1e-6 : 1e-5;
     s.rope_theta = qwen ? 1e6 : 1e4;
-    s.tie_embeddings = qwen;
+    s.tie_embeddings = name == "qwen3";
     for (int i = 0; i < 2; ++i) {
       LayerSpec l;
       l.attention = AttentionSpec{4, 2, 16, false, false, qwen};
-      l.mlp = MlpSpec{96, MlpActivation::SwiGLU, false};
+      if (name == "qwen3_moe") {  // softmax router, SwiGLU experts, no shared expert
+        MoeSpec e;
+        e.num_experts = 8;
+        e.top_k = 2;
+        e.expert_ffn = 32;
+        e.router = RouterKind::Softmax;
+        e.norm_topk_prob = false;
+        e.activation = MlpActivation::SwiGLU;
+        l.moe = e;
+      } else {
+        l.mlp = MlpSpec{96, MlpActivation::SwiGLU, false};
+      }
       s.layers.push_back(l);
     }
     return s;
