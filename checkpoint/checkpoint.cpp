@@ -48,7 +48,13 @@ struct DatasetPlan {
   std::string name;
   std::vector<int64_t> shape;
   torch::ScalarType dtype = torch::kFloat;
-  int64_t rounds = 1;  // collective H5Dwrite calls (large slices are split along dim 0)
+  int64_t rounds = 0;  // collective H5Dwrite calls: the most pieces any rank writes
+};
+
+// One contiguous piece this rank writes into a dataset in one collective round.
+struct WriteItem {
+  std::vector<int64_t> offset;
+  torch::Tensor data;  // contiguous
 };
 
 // Allgathers a JSON value from every rank (as strings of varying length).
@@ -108,36 +114,76 @@ void agree(MPI_Comm comm, const std::string& local_error) {
   }
 }
 
-std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedTensor>& tensors,
-                                       int64_t max_bytes_per_write) {
+// Agrees on the datasets (sorted union of every rank's tensors, with matching shape and
+// dtype) and on what each rank writes: a slice given by several ranks with the same offset
+// and shape (a TP-replicated tensor) is written by the lowest of them only; slices above
+// max_bytes are split along dim 0. Returns the plans; fills `items` with this rank's pieces.
+std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedTensor>& tensors, int64_t max_bytes,
+                                       std::map<std::string, std::vector<WriteItem>>* items) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
   nlohmann::json mine = nlohmann::json::array();
   for (const auto& t : tensors) {
     if (!t.local.defined()) throw std::invalid_argument("checkpoint: tensor " + t.name + " is undefined");
-    const int64_t bytes = t.write ? t.local.numel() * t.local.element_size() : 0;
-    mine.push_back({t.name, t.global_shape, static_cast<int>(t.local.scalar_type()),
-                    (bytes + max_bytes_per_write - 1) / max_bytes_per_write});
+    std::vector<int64_t> off = t.offset.empty() ? std::vector<int64_t>(t.global_shape.size(), 0) : t.offset;
+    mine.push_back({t.name, t.global_shape, static_cast<int>(t.local.scalar_type()), t.write, off, t.local.sizes().vec()});
   }
   std::map<std::string, DatasetPlan> plans;
+  std::map<std::pair<std::string, std::string>, int> first_writer;  // (name, offset+shape) -> lowest rank
   const auto all = allgather_json(comm, mine);
   for (size_t r = 0; r < all.size(); ++r) {
     for (const auto& e : all[r]) {
       DatasetPlan p{e[0].get<std::string>(), e[1].get<std::vector<int64_t>>(),
-                    static_cast<torch::ScalarType>(e[2].get<int>()), std::max<int64_t>(1, e[3].get<int64_t>())};
+                    static_cast<torch::ScalarType>(e[2].get<int>()), 0};
       auto it = plans.find(p.name);
       if (it == plans.end()) {
         plans.emplace(p.name, p);
-      } else {
-        if (it->second.shape != p.shape || it->second.dtype != p.dtype)
-          throw InputError("checkpoint", p.name,
-                           "ranks disagree on the tensor: " + shape_str(it->second.shape) + " " +
-                               h5::dtype_name(it->second.dtype) + " vs " + shape_str(p.shape) + " " +
-                               h5::dtype_name(p.dtype) + " on rank " + std::to_string(r));
-        it->second.rounds = std::max(it->second.rounds, p.rounds);
+      } else if (it->second.shape != p.shape || it->second.dtype != p.dtype) {
+        throw InputError("checkpoint", p.name,
+                         "ranks disagree on the tensor: " + shape_str(it->second.shape) + " " +
+                             h5::dtype_name(it->second.dtype) + " vs " + shape_str(p.shape) + " " +
+                             h5::dtype_name(p.dtype) + " on rank " + std::to_string(r));
+      }
+      if (e[3].get<bool>()) first_writer.emplace(std::make_pair(p.name, e[4].dump() + e[5].dump()), int(r));
+    }
+  }
+  // Every rank computes every rank's item count (for the rounds) and its own items.
+  std::map<std::string, std::vector<int64_t>> counts;
+  for (size_t r = 0; r < all.size(); ++r) {
+    for (size_t i = 0; i < all[r].size(); ++i) {
+      const auto& e = all[r][i];
+      const std::string name = e[0].get<std::string>();
+      if (!e[3].get<bool>() || first_writer.at({name, e[4].dump() + e[5].dump()}) != int(r)) continue;
+      const auto shape = e[5].get<std::vector<int64_t>>();
+      int64_t numel = 1;
+      for (auto d : shape) numel *= d;
+      if (numel == 0) continue;
+      const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(static_cast<torch::ScalarType>(e[2].get<int>())));
+      const int64_t pieces =
+          shape.empty() ? 1 : std::min<int64_t>(shape[0], std::max<int64_t>(1, (bytes + max_bytes - 1) / max_bytes));
+      auto& c = counts[name];
+      c.resize(all.size(), 0);
+      c[r] += pieces;
+      if (int(r) != rank) continue;
+      torch::Tensor data = tensors[i].local.contiguous();
+      const auto off = e[4].get<std::vector<int64_t>>();
+      if (shape.empty()) {
+        (*items)[name].push_back({off, data});
+        continue;
+      }
+      const int64_t rows_per = (shape[0] + pieces - 1) / pieces;
+      for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
+        auto o = off;
+        o[0] += r0;
+        (*items)[name].push_back({o, data.narrow(0, r0, std::min(rows_per, shape[0] - r0))});
       }
     }
   }
   std::vector<DatasetPlan> out;
-  for (auto& [_, p] : plans) out.push_back(p);
+  for (auto& [name, p] : plans) {
+    if (counts.count(name)) p.rounds = *std::max_element(counts[name].begin(), counts[name].end());
+    out.push_back(p);
+  }
   return out;  // sorted by name: the same order on every rank
 }
 
@@ -184,12 +230,8 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
   const fs::path tmp_path = fs::path(final_path.string() + ".tmp");
 
   for (const auto& t : tensors) check_slice(t);
-  const auto plans = plan_datasets(comm, tensors, opt.max_bytes_per_write);
-  std::map<std::string, const ShardedTensor*> local;
-  for (const auto& t : tensors) {
-    if (local.count(t.name)) throw std::invalid_argument("checkpoint: tensor " + t.name + " given twice");
-    local[t.name] = &t;
-  }
+  std::map<std::string, std::vector<WriteItem>> items;
+  const auto plans = plan_datasets(comm, tensors, opt.max_bytes_per_write, &items);
 
   // A stale temporary from a crashed save is removed; the previous good files are untouched.
   on_root_then_share(comm, [&] {
@@ -228,31 +270,17 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
                   H5Dclose);
       h5::write_string_attr(dset, "dtype", h5::dtype_name(p.dtype));
 
-      auto it = local.find(p.name);
-      const ShardedTensor* t = (it != local.end() && it->second->write) ? it->second : nullptr;
-      torch::Tensor data;
-      if (t) data = t->local.contiguous();
-      const int64_t rows = t && data.dim() > 0 ? data.size(0) : (t ? 1 : 0);
-      const int64_t rows_per_round = (rows + p.rounds - 1) / std::max<int64_t>(1, p.rounds);
+      const std::vector<WriteItem>& mine = items[p.name];
       nlohmann::json my_sums = nlohmann::json::array();
       for (int64_t round = 0; round < p.rounds; ++round) {
         Handle fsel(H5Dget_space(dset), H5Sclose);
         Handle msel;
         const void* buf = &round;  // any valid pointer when nothing is selected
-        const int64_t r0 = round * rows_per_round;
-        const int64_t nrows = t ? std::max<int64_t>(0, std::min(rows_per_round, rows - r0)) : 0;
-        if (nrows > 0 && data.numel() > 0) {
-          std::vector<hsize_t> start(dims.size()), count(dims.size());
-          for (size_t d = 0; d < dims.size(); ++d) {
-            start[d] = static_cast<hsize_t>(t->offset.empty() ? 0 : t->offset[d]);
-            count[d] = static_cast<hsize_t>(data.size(static_cast<int64_t>(d)));
-          }
-          torch::Tensor piece = data;
-          if (!dims.empty()) {
-            start[0] += static_cast<hsize_t>(r0);
-            count[0] = static_cast<hsize_t>(nrows);
-            piece = data.narrow(0, r0, nrows);
-          }
+        if (round < static_cast<int64_t>(mine.size())) {
+          const WriteItem& item = mine[static_cast<size_t>(round)];
+          std::vector<hsize_t> start(item.offset.begin(), item.offset.end());
+          std::vector<hsize_t> count(dims.size());
+          for (size_t d = 0; d < dims.size(); ++d) count[d] = static_cast<hsize_t>(item.data.size(static_cast<int64_t>(d)));
           if (dims.empty()) {  // a scalar: the whole (one-element) space
             H5Sselect_all(fsel);
             msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
@@ -260,11 +288,10 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
             check(H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), ctx);
             msel = Handle(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
           }
-          buf = piece.data_ptr();
+          buf = item.data.data_ptr();
           if (opt.checksums) {
-            const uint64_t crc = crc32_of(piece);
-            std::vector<int64_t> s(start.begin(), start.end()), c(count.begin(), count.end());
-            my_sums.push_back({{"offset", s}, {"shape", c}, {"crc32", crc}});
+            std::vector<int64_t> c(count.begin(), count.end());
+            my_sums.push_back({{"offset", item.offset}, {"shape", c}, {"crc32", crc32_of(item.data)}});
           }
         } else {
           H5Sselect_none(fsel);

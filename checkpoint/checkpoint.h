@@ -23,7 +23,7 @@ struct ShardedTensor {
   std::vector<int64_t> global_shape;  // the logical tensor's shape
   std::vector<int64_t> offset;        // where `local` starts in it (empty: all zeros)
   torch::Tensor local;                // CPU tensor: f32, f64, bf16, f16, i64, i32, u8
-  bool write = true;                  // false on replicas: each element is written by one rank
+  bool write = true;                  // false on DP replicas; identical slices of several ranks are written once
 };
 
 struct SaveOptions {

@@ -1,0 +1,22 @@
+// A (tensor-parallel) CausalLM in a checkpoint: its local parameters as slices of the
+// logical TP = 1 tensors (via the model's shard map), saved under "model/<logical name>",
+// and loaded back under any TP size, each rank reading only its slices.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "model/model.h"
+
+namespace ac::checkpoint {
+
+// The pieces of `model` this rank holds. `write` is false when this rank is a DP replica
+// (dp_rank != 0); TP-replicated pieces are written once (save_checkpoint keeps the lowest rank).
+std::vector<ShardedTensor> model_tensors(model::CausalLM& model, bool write, const std::string& prefix = "model/");
+
+// Fills `model` (any TP size) from a checkpoint. A missing tensor or a shape that differs
+// from the model's ArchSpec throws ac::InputError naming the file and dataset.
+void load_model(model::CausalLM& model, const CheckpointReader& reader, const std::string& prefix = "model/");
+
+}  // namespace ac::checkpoint
