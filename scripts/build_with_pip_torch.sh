@@ -38,7 +38,7 @@ fi
 # A fresh cache: find_library results from another LibTorch must not survive.
 rm -f "$BUILD_DIR/build/CMakeCache.txt"
 cmake -S . -B "$BUILD_DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DTorch_DIR="$TORCH_DIR" "${CUDA_ARGS[@]}" \
+  -DTorch_DIR="$TORCH_DIR" -DCaffe2_DIR="$(cd "$TORCH_DIR/../Caffe2" && pwd)" "${CUDA_ARGS[@]}" \
   -DCMAKE_LIBRARY_PATH="$(cd "$UNPACK/torch/lib" && pwd)" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--unresolved-symbols=ignore-in-shared-libs" \
   -DAC_BUILD_TESTS=ON
@@ -50,4 +50,6 @@ grep -E "AC_TORCH_HAS_CUDA|AC_HAVE_NCCL" "$BUILD_DIR/build/generated/autocompres
 grep -E "^TORCH_LIBRARY:" "$BUILD_DIR/build/CMakeCache.txt"
 grep -q "^TORCH_LIBRARY:FILEPATH=.*torch-unpacked" "$BUILD_DIR/build/CMakeCache.txt" ||
   { echo "FAIL: not linked against the wheel's LibTorch"; exit 1; }
+# Caffe2's config (torch_cpu & co.) must come from the wheel too, not a system LibTorch.
+grep -E "^Caffe2_DIR" "$BUILD_DIR/build/CMakeCache.txt"
 echo "OK: built against $(basename "$WHEEL")"
