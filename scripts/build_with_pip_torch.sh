@@ -41,7 +41,7 @@ cmake -S . -B "$BUILD_DIR/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTorch_DIR="$TORCH_DIR" -DCaffe2_DIR="$(cd "$TORCH_DIR/../Caffe2" && pwd)" "${CUDA_ARGS[@]}" \
   -DCMAKE_LIBRARY_PATH="$(cd "$UNPACK/torch/lib" && pwd)" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--unresolved-symbols=ignore-in-shared-libs" \
-  -DAC_BUILD_TESTS=ON
+  -DAC_BUILD_TESTS=ON -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST
 TARGET_ARGS=()
 for t in ${TARGETS:-}; do TARGET_ARGS+=(--target "$t"); done
 cmake --build "$BUILD_DIR/build" -j "${JOBS:-$(nproc)}" "${TARGET_ARGS[@]}"
