@@ -1,9 +1,11 @@
 // ArchSpec: a heterogeneous model architecture, global dimensions plus one entry per layer.
 // It is the value that flows between search/, model/, checkpoint/ and the cost model, so it
-// is plain data with no torch dependency. JSON in/out and validation live in arch_spec.cpp.
+// is plain data with no torch dependency. JSON in/out, validation and parameter/FLOP counts
+// are declared at the end of this file and live in arch_spec.cpp (format: docs/archspec.md).
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,6 +78,14 @@ struct LayerSpec {
 // Where the spec came from, so exports can write the same Hugging Face family back.
 enum class ModelFamily { Llama, Qwen2, Qwen3, Mistral, NemotronH, DeciLM, Generic };
 
+// Multi-token prediction head (Nemotron 3 Super, DeepSeek-V3): per predicted depth an
+// eh_proj [hidden, 2*hidden], enorm/hnorm/final norm, and its own blocks. It shares the
+// embedding and LM head. Serving normally drops it; counts report it separately.
+struct MtpSpec {
+  int num_predict_layers = 0;      // num_nextn_predict_layers
+  std::vector<LayerSpec> layers;   // blocks of one depth (e.g. attention then MoE)
+};
+
 struct ArchSpec {
   std::string name;               // free text
   ModelFamily family = ModelFamily::Generic;
@@ -87,6 +97,78 @@ struct ArchSpec {
   int64_t max_position_embeddings = 4096;
   std::string dtype = "bfloat16";  // float32 | bfloat16 | float16: the weights' storage dtype
   std::vector<LayerSpec> layers;
+  MtpSpec mtp;                     // empty unless the model has MTP layers
 };
+
+// ---- JSON (docs/archspec.md) -----------------------------------------------------------
+inline constexpr int kArchSpecVersion = 1;
+inline constexpr const char* kArchSpecFormat = "autocompress.archspec";
+
+// `path` only names the source in error messages. Throws ac::InputError naming the field.
+ArchSpec arch_from_json(const nlohmann::json& j, const std::string& path = "<json>");
+nlohmann::json arch_to_json(const ArchSpec& spec);
+// Reads an ArchSpec JSON or a Hugging Face config.json (told apart by "format"/"architectures").
+ArchSpec load_arch(const std::string& path);
+// Writes an ArchSpec JSON atomically (temp file + rename).
+void save_arch(const ArchSpec& spec, const std::string& path);
+
+// Throws ac::InputError("<path>: layers[3].attention.num_kv_heads: ...") on the first problem.
+void validate(const ArchSpec& spec, const std::string& path = "<arch>");
+
+// Names for enums as they appear in JSON.
+std::string to_string(MlpActivation a);
+std::string to_string(RouterKind r);
+std::string to_string(ModelFamily f);
+// Nemotron-H pattern letter(s) of a layer: "M", "*", "-", "E"; combinations like "*-" for a
+// Llama layer; "." for a skipped layer.
+std::string layer_kind(const LayerSpec& layer);
+
+// ---- parameter counts (what transformers' num_parameters() reports; buffers such as the
+// sigmoid router's e_score_correction_bias are counted apart) ------------------------------
+struct LayerParams {
+  int64_t norms = 0;          // one RMSNorm per present sublayer (+ q/k norms)
+  int64_t attention = 0;      // q, k, v, o (+ biases)
+  int64_t mamba = 0;          // in_proj, conv1d, dt_bias, A_log, D, gated norm, out_proj
+  int64_t mlp = 0;
+  int64_t moe_router = 0;     // gate weight
+  int64_t moe_routed = 0;     // all routed experts
+  int64_t moe_routed_active = 0;  // top_k of them
+  int64_t moe_shared = 0;
+  int64_t moe_latent = 0;     // fc1_latent_proj + fc2_latent_proj
+  int64_t buffers = 0;        // e_score_correction_bias (not a parameter)
+  int64_t total() const;
+  int64_t active() const;     // per token: routed experts counted top_k times
+};
+
+struct ParamCounts {
+  int64_t embedding = 0;
+  int64_t head = 0;           // 0 when tied
+  int64_t final_norm = 0;
+  std::vector<LayerParams> layers;
+  int64_t mtp = 0;            // all MTP depths (shares embedding and head)
+  int64_t mtp_active = 0;
+  int64_t total() const;      // without MTP
+  int64_t active() const;     // without MTP
+  int64_t total_with_mtp() const { return total() + mtp; }
+};
+
+LayerParams count_layer_params(const LayerSpec& layer, int64_t hidden);
+ParamCounts count_params(const ArchSpec& spec);
+
+// ---- FLOPs per token (multiply-add = 2 FLOPs) --------------------------------------------
+// Prefill: average per token over one causal sequence of seq_len tokens (attention's score
+// and value products grow with position: 2 * 2 * heads * head_dim * (seq_len + 1) / 2), LM
+// head included for every token. Decode: one new token at context_len cached tokens.
+struct LayerFlops {
+  double dense = 0;      // projections, MLP, shared expert, router, latent projections
+  double experts = 0;    // top_k routed experts
+  double attention = 0;  // context-dependent score/value products
+  double ssm = 0;        // Mamba conv + scan
+  double total() const { return dense + experts + attention + ssm; }
+};
+LayerFlops layer_flops_prefill(const LayerSpec& layer, int64_t hidden, int64_t seq_len);
+LayerFlops layer_flops_decode(const LayerSpec& layer, int64_t hidden, int64_t context_len);
+double prefill_flops_per_token(const ArchSpec& spec, int64_t seq_len);
+double decode_flops_per_token(const ArchSpec& spec, int64_t context_len);
 
 }  // namespace ac::model
