@@ -1,0 +1,356 @@
+// The serving cost formulas, written once over a per-layer vector type T: `Vec` (double per
+// layer) for the exact model, a [num_layers] float64 torch::Tensor for the differentiable one.
+// Every per-layer quantity is elementwise; sums and maxima over layers go through Ops<T>.
+// Private to search/costmodel (formulas documented in docs/costmodel.md).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "model/arch_spec.h"
+#include "search/costmodel/profiles.h"
+
+namespace ac::search::detail {
+
+// ---- an elementwise vector of doubles (one entry per layer) ---------------------------------
+struct Vec {
+  std::vector<double> v;
+  Vec() = default;
+  Vec(size_t n, double x) : v(n, x) {}
+  size_t size() const { return v.size(); }
+  double& operator[](size_t i) { return v[i]; }
+  double operator[](size_t i) const { return v[i]; }
+};
+template <typename F>
+inline Vec zip(const Vec& a, const Vec& b, F f) {
+  Vec r(a.size(), 0.0);
+  for (size_t i = 0; i < a.size(); ++i) r.v[i] = f(a.v[i], b.v[i]);
+  return r;
+}
+template <typename F>
+inline Vec map(const Vec& a, F f) {
+  Vec r(a.size(), 0.0);
+  for (size_t i = 0; i < a.size(); ++i) r.v[i] = f(a.v[i]);
+  return r;
+}
+inline Vec operator+(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return x + y; }); }
+inline Vec operator-(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return x - y; }); }
+inline Vec operator*(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return x * y; }); }
+inline Vec operator/(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return x / y; }); }
+inline Vec operator+(const Vec& a, double s) { return map(a, [s](double x) { return x + s; }); }
+inline Vec operator-(const Vec& a, double s) { return map(a, [s](double x) { return x - s; }); }
+inline Vec operator*(const Vec& a, double s) { return map(a, [s](double x) { return x * s; }); }
+inline Vec operator/(const Vec& a, double s) { return map(a, [s](double x) { return x / s; }); }
+inline Vec operator+(double s, const Vec& a) { return a + s; }
+inline Vec operator-(double s, const Vec& a) { return map(a, [s](double x) { return s - x; }); }
+inline Vec operator*(double s, const Vec& a) { return a * s; }
+inline Vec operator/(double s, const Vec& a) { return map(a, [s](double x) { return s / x; }); }
+
+template <typename T>
+struct Ops;
+
+template <>
+struct Ops<Vec> {
+  using S = double;  // a model-level scalar
+  static Vec full(const Vec& like, double x) { return Vec(like.size(), x); }
+  static Vec maximum(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return std::max(x, y); }); }
+  static Vec maximum(const Vec& a, double b) { return map(a, [b](double x) { return std::max(x, b); }); }
+  static double maximum(double a, double b) { return std::max(a, b); }
+  static double minimum(double a, double b) { return std::min(a, b); }
+  static Vec pow(const Vec& a, double b) { return map(a, [b](double x) { return std::pow(x, b); }); }
+  static Vec pow(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return std::pow(x, y); }); }
+  static double sum(const Vec& a) {
+    double s = 0;
+    for (double x : a.v) s += x;
+    return s;
+  }
+  static double max_all(const Vec& a) { return a.v.empty() ? 0.0 : *std::max_element(a.v.begin(), a.v.end()); }
+  static double floor_st(double a) { return std::floor(a); }
+  static double ceil_st(double a) { return std::ceil(a); }
+  static Vec ceil_st(const Vec& a) { return map(a, [](double x) { return std::ceil(x); }); }
+  static double scalar(double x, const Vec&) { return x; }
+};
+
+// Per-layer dimensions. An absent sublayer has keep 0 and harmless dimensions (no division
+// by zero); a soft architecture has keep and dims between the choices.
+template <typename T>
+struct LayerDims {
+  T attn_keep, heads, kv_heads, head_dim, qkv_bias, o_bias, qk_norm;
+  T mamba_keep, m_heads, m_head_dim, m_state, m_groups, m_conv, m_chunk, m_conv_bias, m_proj_bias, m_state_bytes;
+  T mlp_keep, ffn, mlp_mats, mlp_bias;
+  T moe_keep, experts, top_k, expert_ffn, shared_ffn, moe_width, latent, moe_mats, router_buffer;
+};
+
+// Model-level constants.
+struct Globals {
+  double hidden = 0, vocab = 0;
+  bool tie = false;
+  double wbytes = 2, abytes = 2, kvbytes = 2;
+  bool has_attention = false, has_mamba = false;  // any layer (decides the hybrid page rule)
+};
+
+template <typename T>
+struct CostResult {
+  using S = typename Ops<T>::S;
+  S params, active_params, weight_bytes, kv_bytes_per_token, state_bytes_per_seq, activation_bytes, reserved_bytes,
+      budget_bytes, kv_budget_bytes, bytes_per_seq, concurrency_limit, max_concurrency, concurrency, ttft_s, tpot_s,
+      decode_tok_s, throughput_tok_s;
+  T layer_params, layer_active_params, layer_weight_bytes, layer_kv_per_token, layer_state_per_seq, layer_prefill_s,
+      layer_decode_s;
+};
+
+// Mamba derived widths.
+template <typename T>
+struct MambaWidths {
+  T d_inner, conv_dim, in_proj;
+};
+template <typename T>
+MambaWidths<T> mamba_widths(const LayerDims<T>& d) {
+  T di = d.m_heads * d.m_head_dim;
+  T conv = di + 2.0 * d.m_groups * d.m_state;
+  return {di, conv, di + conv + d.m_heads};
+}
+
+// Distinct experts that n tokens touch when each picks k of E uniformly: E (1 - (1 - k/E)^n).
+template <typename T, typename N>
+T experts_touched(const T& E, const T& k, const N& n) {
+  return E * (1.0 - Ops<T>::pow(1.0 - k / E, n));
+}
+
+template <typename T>
+class Evaluator {
+ public:
+  using O = Ops<T>;
+  using S = typename O::S;
+  Evaluator(const Globals& g, const LayerDims<T>& d, const HardwareProfile& hw, const EngineProfile& e,
+            const Workload& w)
+      : g_(g), d_(d), hw_(hw), e_(e), w_(w) {}
+
+  // Roofline of one operator: max(compute, memory) with the efficiency curves folded in,
+  // (work + half) / (peak * max), plus the fixed per-operator overhead. `groups` > 1 is a
+  // grouped GEMM (MoE experts): each group pays its own small-size penalty.
+  template <typename X>
+  X op_time(const X& flops, const X& bytes, const EfficiencyCurve& c, const X& groups) const {
+    X tc = (flops + groups * c.half) / (hw_.peak_flops * c.max);
+    X tm = (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max);
+    return O::maximum(tc, tm) + hw_.kernel_overhead_s;
+  }
+  T gemm(const T& tokens_in_out_flops, const T& weight_elems, const T& act_elems) const {
+    return op_time<T>(tokens_in_out_flops, weight_elems * g_.wbytes + act_elems * g_.abytes, hw_.gemm,
+                      one());
+  }
+  T mem_op(const T& act_elems) const { return op_time<T>(act_elems * 0.0, act_elems * g_.abytes, hw_.gemm, one()); }
+  T one() const { return O::full(d_.attn_keep, 1.0); }
+
+  T layer_params(bool active) const {
+    const double h = g_.hidden;
+    const auto& d = d_;
+    T qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+    T attn = h + h * qd + 2.0 * h * kvd + qd * h + d.qkv_bias * (qd + 2.0 * kvd) + d.o_bias * h + d.qk_norm * 2.0 * d.head_dim;
+    MambaWidths<T> m = mamba_widths(d);
+    T mamba = h + h * m.in_proj + m.conv_dim * d.m_conv + d.m_conv_bias * m.conv_dim + 3.0 * d.m_heads + m.d_inner +
+              m.d_inner * h + d.m_proj_bias * (m.in_proj + h);
+    T mlp = h + d.mlp_mats * h * d.ffn + d.mlp_bias * ((d.mlp_mats - 1.0) * d.ffn + h);
+    T expert = d.moe_mats * d.moe_width * d.expert_ffn;
+    T routed = (active ? d.top_k : d.experts) * expert;
+    T moe = h + d.experts * h + routed + d.moe_mats * h * d.shared_ffn + 2.0 * h * d.latent;
+    return d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
+  }
+
+  // Time of every layer for `n` tokens that belong to `b` sequences, `s` new tokens each,
+  // after `past` cached tokens. Decode is s = 1.
+  T layers_time(const S& n, const S& b, double s, double past, bool decode) const {
+    const double h = g_.hidden;
+    const auto& d = d_;
+    const T N = one() * n;
+    // attention
+    T qkv = (d.heads + 2.0 * d.kv_heads) * d.head_dim, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+    T core_flops = 4.0 * qd * (b * s * (past + (s + 1.0) / 2.0));
+    T core_bytes = (N * (qkv + qd)) * g_.abytes + kvd * (2.0 * b * past * g_.kvbytes);
+    T attn = gemm(2.0 * N * h * qkv, h * qkv, N * (h + qkv)) +
+             op_time<T>(core_flops, core_bytes, hw_.attention, one()) + gemm(2.0 * N * qd * h, qd * h, N * (qd + h)) +
+             mem_op(2.0 * N * h);
+    // Mamba-2: in_proj, conv + scan, gated norm, out_proj
+    MambaWidths<T> m = mamba_widths(d);
+    T hpn = d.m_heads * d.m_head_dim * d.m_state;
+    T conv_flops = 2.0 * d.m_conv * m.conv_dim;
+    T scan_flops, scan_bytes;
+    if (decode) {
+      scan_flops = N * (conv_flops + 6.0 * hpn);
+      scan_bytes = N * (2.0 * hpn * d.m_state_bytes + 2.0 * (d.m_conv - 1.0) * m.conv_dim * g_.wbytes) +
+                   N * (2.0 * m.conv_dim + m.d_inner + d.m_heads) * g_.abytes;
+    } else {
+      scan_flops = N * (conv_flops + d.m_chunk * (d.m_groups * d.m_state + d.m_heads * d.m_head_dim) + 4.0 * hpn);
+      scan_bytes = N * (2.0 * m.conv_dim + 2.0 * m.d_inner + d.m_heads) * g_.abytes + b * hpn * d.m_state_bytes;
+    }
+    T mamba = gemm(2.0 * N * h * m.in_proj, h * m.in_proj, N * (h + m.in_proj)) +
+              op_time<T>(scan_flops, scan_bytes, hw_.scan, one()) + mem_op(3.0 * N * m.d_inner) +
+              gemm(2.0 * N * m.d_inner * h, m.d_inner * h, N * (m.d_inner + h)) + mem_op(2.0 * N * h);
+    // dense MLP
+    T mlp = gemm(2.0 * N * h * d.ffn * d.mlp_mats, h * d.ffn * d.mlp_mats, N * (2.0 * h + d.ffn * d.mlp_mats)) +
+            mem_op(2.0 * N * h);
+    // MoE: router, latent projections, shared expert, routed experts as a grouped GEMM over
+    // the experts this many tokens touch: E (1 - (1 - k/E)^n) under uniform routing.
+    T touched = experts_touched(d.experts, d.top_k, n);
+    T expert_w = d.moe_mats * d.moe_width * d.expert_ffn;
+    T routed_flops = 2.0 * N * d.top_k * expert_w;
+    T routed_bytes = touched * expert_w * g_.wbytes + N * d.top_k * (2.0 * d.moe_width + d.expert_ffn * d.moe_mats) * g_.abytes;
+    T moe = gemm(2.0 * N * h * d.experts, h * d.experts, N * (h + d.experts)) +
+            (d.latent / O::maximum(d.latent, 1.0)) * gemm(4.0 * N * h * d.latent, 2.0 * h * d.latent, 2.0 * N * (h + d.latent)) +
+            (d.shared_ffn / O::maximum(d.shared_ffn, 1.0)) *
+                gemm(2.0 * N * h * d.shared_ffn * d.moe_mats, h * d.shared_ffn * d.moe_mats,
+                     N * (2.0 * h + d.shared_ffn * d.moe_mats)) +
+            op_time<T>(routed_flops, routed_bytes, hw_.gemm, O::maximum(touched, 1.0)) + mem_op(2.0 * N * h);
+    return d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
+  }
+
+  // Embedding gather and final norm over n tokens, and the LM head for `rows` logits.
+  S head_time(const S& n, const S& rows, bool with_head) const {
+    const double h = g_.hidden, V = g_.vocab;
+    auto t = [&](const S& flops, const S& bytes, const EfficiencyCurve& c) {
+      return O::maximum((flops + c.half) / (hw_.peak_flops * c.max),
+                        (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max)) +
+             hw_.kernel_overhead_s;
+    };
+    const S zero = n * 0.0;
+    S r = t(zero, 2.0 * n * h * g_.abytes, hw_.gemm) + t(zero, 2.0 * n * h * g_.abytes, hw_.gemm);
+    if (with_head) r = r + t(2.0 * rows * h * V, rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
+    return r;
+  }
+
+  CostResult<T> run() const {
+    CostResult<T> r;
+    const auto& d = d_;
+    const double h = g_.hidden, V = g_.vocab;
+    // ---- memory
+    r.layer_params = layer_params(false);
+    r.layer_active_params = layer_params(true);
+    const double embed = V * h * (g_.tie ? 1.0 : 2.0) + h;
+    r.params = O::sum(r.layer_params) + embed;
+    r.active_params = O::sum(r.layer_active_params) + embed;
+    r.layer_weight_bytes = r.layer_params * g_.wbytes + d.moe_keep * d.router_buffer * d.experts * 4.0;
+    r.weight_bytes = O::sum(r.layer_weight_bytes) + embed * g_.wbytes;
+    r.layer_kv_per_token = d.attn_keep * 2.0 * d.kv_heads * d.head_dim * g_.kvbytes;
+    MambaWidths<T> m = mamba_widths(d);
+    r.layer_state_per_seq = d.mamba_keep * ((d.m_conv - 1.0) * m.conv_dim * g_.wbytes +
+                                            d.m_heads * d.m_head_dim * d.m_state * d.m_state_bytes);
+    r.kv_bytes_per_token = O::sum(r.layer_kv_per_token);
+    r.state_bytes_per_seq = O::sum(r.layer_state_per_seq);
+    // Activation peak of a profile run at max_num_batched_tokens: residual + the widest
+    // intermediate of any layer, plus fp32 logits for max_num_seqs rows.
+    const double tm = double(e_.max_num_batched_tokens);
+    T widest = O::maximum(O::maximum(d.attn_keep * ((d.heads + 2.0 * d.kv_heads) * d.head_dim + d.heads * d.head_dim),
+                                     d.mamba_keep * (m.in_proj + m.conv_dim)),
+                          O::maximum(d.mlp_keep * d.ffn * d.mlp_mats,
+                                     d.moe_keep * (d.top_k * (d.expert_ffn * d.moe_mats + d.moe_width) +
+                                                   d.shared_ffn * d.moe_mats + d.experts * 2.0)));
+    r.activation_bytes = (O::max_all(widest) + 2.0 * h) * tm * g_.abytes + double(e_.max_num_seqs) * V * 4.0;
+    r.reserved_bytes = O::scalar(e_.cuda_graph_bytes + e_.non_torch_bytes, d.attn_keep);
+    const double usable = hw_.memory_bytes * hw_.usable_fraction;
+    if (e_.memory_policy == "fraction_of_free") {
+      r.budget_bytes = O::scalar(usable, d.attn_keep);
+      r.kv_budget_bytes = (usable - r.weight_bytes - r.activation_bytes - r.reserved_bytes) * e_.memory_fraction;
+    } else {
+      r.budget_bytes = O::scalar(usable * e_.memory_fraction, d.attn_keep);
+      r.kv_budget_bytes = r.budget_bytes - r.weight_bytes - r.activation_bytes - r.reserved_bytes;
+    }
+    // Bytes one sequence of context_tokens holds.
+    const double ctx = double(w_.context_tokens), bt = double(e_.kv_block_tokens);
+    if (e_.hybrid_page_rule && g_.has_attention && g_.has_mamba) {
+      // vLLM hybrid: one page size for all layers; the attention block grows (in steps of
+      // the block size) until its page holds one Mamba state; each Mamba layer takes a page.
+      S attn_tok = O::max_all(r.layer_kv_per_token);
+      S mamba_state = O::max_all(r.layer_state_per_seq);
+      S block = O::ceil_st(mamba_state / attn_tok / bt) * bt;
+      block = O::maximum(block, bt);
+      S page = block * attn_tok;
+      r.bytes_per_seq = O::sum(d.mamba_keep) * page + O::sum(d.attn_keep) * O::ceil_st(ctx / block) * page;
+    } else {
+      r.bytes_per_seq = std::ceil(ctx / bt) * bt * r.kv_bytes_per_token + r.state_bytes_per_seq;
+    }
+    r.concurrency_limit = r.kv_budget_bytes / r.bytes_per_seq;
+    r.max_concurrency = O::minimum(O::floor_st(O::maximum(r.concurrency_limit, 0.0)), double(e_.max_num_seqs));
+    r.concurrency = w_.concurrency == 0 ? r.max_concurrency : O::minimum(r.max_concurrency, double(w_.concurrency));
+    // Timing runs at >= 1 sequence even when none fits (the caller reports that it does not fit).
+    const S B = O::maximum(r.concurrency, 1.0);
+    // ---- TTFT: one prompt, prefilled in chunks of max_num_batched_tokens.
+    const double P = double(w_.prompt_tokens);
+    r.layer_prefill_s = one() * 0.0;
+    S head = O::scalar(0.0, d.attn_keep);
+    for (double done = 0; done < P; done += tm) {
+      const double s = std::min(tm, P - done);
+      const S n = O::scalar(s, d.attn_keep);
+      r.layer_prefill_s = r.layer_prefill_s + layers_time(n, O::scalar(1.0, d.attn_keep), s, done, false);
+      head = head + head_time(n, O::scalar(1.0, d.attn_keep), done + s >= P) + e_.step_overhead_s;
+    }
+    r.ttft_s = O::sum(r.layer_prefill_s) + head;
+    // ---- TPOT: one decode step of B sequences at the mean context (prompt + half the output).
+    const double L = P + double(w_.output_tokens) / 2.0;
+    r.layer_decode_s = layers_time(B, B, 1, L, true);
+    r.tpot_s = O::sum(r.layer_decode_s) + head_time(B, B, true) + e_.step_overhead_s;
+    r.decode_tok_s = B / r.tpot_s;
+    const double out = double(w_.output_tokens);
+    r.throughput_tok_s = B * out / (B * r.ttft_s + out * r.tpot_s);
+    return r;
+  }
+
+ private:
+  const Globals& g_;
+  const LayerDims<T>& d_;
+  const HardwareProfile& hw_;
+  const EngineProfile& e_;
+  const Workload& w_;
+};
+
+}  // namespace ac::search::detail
+
+namespace ac::search::detail {
+
+Globals globals_from_spec(const model::ArchSpec& spec);
+
+// Per-layer constants of a spec as plain vectors (one entry per layer), in LayerDims order;
+// `make` turns a std::vector<double> into T.
+template <typename T, typename Make>
+LayerDims<T> dims_from_spec(const model::ArchSpec& spec, Make make) {
+  const size_t L = spec.layers.size();
+  const double wb = globals_from_spec(spec).wbytes, h = double(spec.hidden_size);
+  std::vector<std::vector<double>> f(37, std::vector<double>(L, 0.0));
+  enum { AK, HE, KV, HD, QB, OB, QN, MK, MH, MP, MN, MG, MC, MQ, MCB, MPB, MSB, FK, FF, FM, FB,
+         EK, EE, ET, EF, ES, EW, EL, EM, ER };
+  for (size_t i = 0; i < L; ++i) {
+    const auto& l = spec.layers[i];
+    f[HD][i] = f[MP][i] = f[MN][i] = f[MG][i] = f[MC][i] = f[MQ][i] = f[EE][i] = 1.0;
+    f[FM][i] = f[EM][i] = 2.0;
+    f[MSB][i] = wb;
+    f[EW][i] = h;
+    if (const auto& a = l.attention) {
+      f[AK][i] = 1, f[HE][i] = a->num_heads, f[KV][i] = a->num_kv_heads, f[HD][i] = a->head_dim;
+      f[QB][i] = a->qkv_bias, f[OB][i] = a->o_bias, f[QN][i] = a->qk_norm;
+    }
+    if (const auto& m = l.mamba) {
+      f[MK][i] = 1, f[MH][i] = m->num_heads, f[MP][i] = m->head_dim, f[MN][i] = m->state_size, f[MG][i] = m->n_groups;
+      f[MC][i] = m->conv_kernel, f[MQ][i] = m->chunk_size, f[MCB][i] = m->conv_bias, f[MPB][i] = m->proj_bias;
+      f[MSB][i] = m->ssm_state_fp32 ? 4.0 : wb;
+    }
+    if (const auto& m = l.mlp) {
+      f[FK][i] = 1, f[FF][i] = double(m->ffn_size), f[FB][i] = m->bias;
+      f[FM][i] = m->activation == model::MlpActivation::SwiGLU ? 3.0 : 2.0;
+    }
+    if (const auto& m = l.moe) {
+      f[EK][i] = 1, f[EE][i] = m->num_experts, f[ET][i] = m->top_k, f[EF][i] = double(m->expert_ffn);
+      f[ES][i] = double(m->shared_ffn), f[EL][i] = double(m->latent_size);
+      f[EW][i] = m->latent_size > 0 ? double(m->latent_size) : h;
+      f[EM][i] = m->activation == model::MlpActivation::SwiGLU ? 3.0 : 2.0;
+      f[ER][i] = m->router == model::RouterKind::SigmoidBias ? 1.0 : 0.0;
+    }
+  }
+  LayerDims<T> d{make(f[AK]), make(f[HE]), make(f[KV]), make(f[HD]), make(f[QB]), make(f[OB]), make(f[QN]),
+                 make(f[MK]), make(f[MH]), make(f[MP]), make(f[MN]), make(f[MG]), make(f[MC]), make(f[MQ]),
+                 make(f[MCB]), make(f[MPB]), make(f[MSB]), make(f[FK]), make(f[FF]), make(f[FM]), make(f[FB]),
+                 make(f[EK]), make(f[EE]), make(f[ET]), make(f[EF]), make(f[ES]), make(f[EW]), make(f[EL]),
+                 make(f[EM]), make(f[ER])};
+  return d;
+}
+
+}  // namespace ac::search::detail

@@ -1,0 +1,229 @@
+// JSON readers/writers of hardware, engine and workload profiles.
+#include "search/costmodel/profiles.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "dist/error.h"
+
+namespace ac::search {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fmt(double d) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", d);
+  return b;
+}
+
+struct Fields {
+  const json& j;
+  const std::string& path;
+  std::set<std::string> seen;
+
+  [[noreturn]] void fail(const std::string& f, const std::string& what) const { throw InputError(path, f, what); }
+  const json& get(const std::string& f) {
+    seen.insert(f);
+    if (!j.contains(f)) fail(f, "missing");
+    return j[f];
+  }
+  bool has(const std::string& f) {
+    seen.insert(f);
+    return j.contains(f);
+  }
+  double number(const std::string& f, bool positive = true) {
+    const json& v = get(f);
+    if (!v.is_number()) fail(f, "expected a number, got " + v.dump());
+    const double d = v.get<double>();
+    if (positive ? !(d > 0) : !(d >= 0))
+      fail(f, fmt(d) + (positive ? " must be positive" : " must not be negative"));
+    return d;
+  }
+  double number_or(const std::string& f, double def, bool positive = false) { return has(f) ? number(f, positive) : def; }
+  int64_t integer(const std::string& f, bool positive = true) {
+    const json& v = get(f);
+    if (!v.is_number_integer()) fail(f, "expected an integer, got " + v.dump());
+    const int64_t i = v.get<int64_t>();
+    if (positive ? i <= 0 : i < 0) fail(f, std::to_string(i) + (positive ? " must be positive" : " must not be negative"));
+    return i;
+  }
+  int64_t integer_or(const std::string& f, int64_t def, bool positive = false) { return has(f) ? integer(f, positive) : def; }
+  std::string string(const std::string& f) {
+    const json& v = get(f);
+    if (!v.is_string()) fail(f, "expected a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  std::string string_or(const std::string& f, const std::string& def) { return has(f) ? string(f) : def; }
+  bool boolean_or(const std::string& f, bool def) {
+    if (!has(f)) return def;
+    if (!j[f].is_boolean()) fail(f, "expected true or false");
+    return j[f].get<bool>();
+  }
+  void header(const char* format) {
+    if (!j.is_object()) fail("(top level)", "expected a JSON object");
+    if (string("format") != format) fail("format", std::string("expected \"") + format + "\"");
+    if (integer("version") != 1) fail("version", "only version 1 is supported");
+  }
+  void no_unknown() const {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!seen.count(it.key())) fail(it.key(), "unknown field");
+  }
+};
+
+EfficiencyCurve curve(Fields& f, const json& eff, const std::string& name) {
+  const std::string base = "efficiency." + name;
+  if (!eff.contains(name)) f.fail(base, "missing");
+  const json& c = eff[name];
+  if (!c.is_object() || !c.contains("max") || !c.contains("half") || !c["max"].is_number() || !c["half"].is_number())
+    f.fail(base, "expected {\"max\": <0..1], \"half\": <work at half of max>}");
+  EfficiencyCurve e{c["max"].get<double>(), c["half"].get<double>()};
+  if (!(e.max > 0 && e.max <= 1.0)) f.fail(base + ".max", fmt(e.max) + " must be in (0, 1]");
+  if (!(e.half >= 0)) f.fail(base + ".half", "must not be negative");
+  return e;
+}
+
+json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path, "(file)", "cannot open");
+  try {
+    return json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw InputError(path, "(json)", std::string("not valid JSON: ") + e.what());
+  }
+}
+
+// An id names <configs_dir>/<kind>/<id>.json; anything with a '/' or ending in .json is a path.
+std::string resolve(const std::string& id_or_path, const std::string& configs_dir, const std::string& kind,
+                    const std::string& option) {
+  const bool is_path = id_or_path.find('/') != std::string::npos ||
+                       (id_or_path.size() > 5 && id_or_path.substr(id_or_path.size() - 5) == ".json");
+  if (is_path) return id_or_path;
+  const fs::path p = fs::path(configs_dir) / kind / (id_or_path + ".json");
+  if (fs::exists(p)) return p.string();
+  std::string known;
+  std::error_code ec;
+  std::set<std::string> ids;
+  for (const auto& e : fs::directory_iterator(fs::path(configs_dir) / kind, ec))
+    if (e.path().extension() == ".json") ids.insert(e.path().stem().string());
+  for (const auto& id : ids) known += (known.empty() ? "" : " ") + id;
+  throw InputError(option, id_or_path,
+                   "unknown " + kind + " id (known in " + (fs::path(configs_dir) / kind).string() + ": " +
+                       (known.empty() ? "none" : known) + ")");
+}
+
+}  // namespace
+
+HardwareProfile hardware_from_json(const json& j, const std::string& path) {
+  Fields f{j, path, {}};
+  f.header("autocompress.hardware");
+  HardwareProfile h;
+  h.id = f.string("id");
+  h.name = f.string_or("name", h.id);
+  h.source = f.string_or("source", "");
+  h.peak_flops = f.number("peak_flops");
+  h.memory_bandwidth = f.number("memory_bandwidth");
+  h.memory_bytes = f.number("memory_bytes");
+  h.usable_fraction = f.number_or("usable_fraction", 1.0, true);
+  if (h.usable_fraction > 1) f.fail("usable_fraction", "must be in (0, 1]");
+  h.kernel_overhead_s = f.number_or("kernel_overhead_s", 0.0);
+  const json& eff = f.get("efficiency");
+  if (!eff.is_object()) f.fail("efficiency", "expected an object with gemm, attention, scan, memory");
+  h.gemm = curve(f, eff, "gemm");
+  h.attention = curve(f, eff, "attention");
+  h.scan = curve(f, eff, "scan");
+  h.memory = curve(f, eff, "memory");
+  f.has("comment");
+  f.has("measurements");
+  f.no_unknown();
+  return h;
+}
+
+json hardware_to_json(const HardwareProfile& h) {
+  auto c = [](const EfficiencyCurve& e) { return json{{"max", e.max}, {"half", e.half}}; };
+  return {{"format", "autocompress.hardware"},
+          {"version", 1},
+          {"id", h.id},
+          {"name", h.name},
+          {"source", h.source},
+          {"peak_flops", h.peak_flops},
+          {"memory_bandwidth", h.memory_bandwidth},
+          {"memory_bytes", h.memory_bytes},
+          {"usable_fraction", h.usable_fraction},
+          {"kernel_overhead_s", h.kernel_overhead_s},
+          {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}}}};
+}
+
+EngineProfile engine_from_json(const json& j, const std::string& path) {
+  Fields f{j, path, {}};
+  f.header("autocompress.engine");
+  EngineProfile e;
+  e.id = f.string("id");
+  e.name = f.string_or("name", e.id);
+  e.memory_policy = f.string("memory_policy");
+  if (e.memory_policy != "fraction_of_total" && e.memory_policy != "fraction_of_free")
+    f.fail("memory_policy", "\"" + e.memory_policy + "\" is not fraction_of_total or fraction_of_free");
+  e.memory_fraction = f.number("memory_fraction");
+  if (e.memory_fraction > 1) f.fail("memory_fraction", "must be in (0, 1]");
+  e.kv_block_tokens = int(f.integer("kv_block_tokens"));
+  e.hybrid_page_rule = f.boolean_or("hybrid_page_rule", false);
+  e.max_num_batched_tokens = f.integer("max_num_batched_tokens");
+  e.max_num_seqs = f.integer("max_num_seqs");
+  e.cuda_graph_bytes = f.number_or("cuda_graph_bytes", 0.0);
+  e.non_torch_bytes = f.number_or("non_torch_bytes", 0.0);
+  e.step_overhead_s = f.number_or("step_overhead_s", 0.0);
+  f.has("comment");
+  f.no_unknown();
+  return e;
+}
+
+Workload workload_from_json(const json& j, const std::string& path) {
+  Fields f{j, path, {}};
+  f.header("autocompress.workload");
+  Workload w;
+  w.id = f.string("id");
+  w.name = f.string_or("name", w.id);
+  w.prompt_tokens = f.integer("prompt_tokens");
+  w.output_tokens = f.integer("output_tokens");
+  w.context_tokens = f.integer_or("context_tokens", w.prompt_tokens + w.output_tokens, true);
+  if (w.context_tokens < w.prompt_tokens + w.output_tokens)
+    f.fail("context_tokens", std::to_string(w.context_tokens) + " is less than prompt_tokens + output_tokens (" +
+                                 std::to_string(w.prompt_tokens + w.output_tokens) + ")");
+  w.concurrency = f.integer_or("concurrency", 1, false);
+  w.ttft_limit_s = f.number_or("ttft_limit_s", 0.0);
+  w.tpot_limit_s = f.number_or("tpot_limit_s", 0.0);
+  f.has("comment");
+  f.no_unknown();
+  return w;
+}
+
+HardwareProfile load_hardware(const std::string& id_or_path, const std::string& configs_dir) {
+  const std::string p = resolve(id_or_path, configs_dir, "hardware", "--hardware");
+  return hardware_from_json(read_json_file(p), p);
+}
+EngineProfile load_engine(const std::string& id_or_path, const std::string& configs_dir) {
+  const std::string p = resolve(id_or_path, configs_dir, "engines", "--engine");
+  return engine_from_json(read_json_file(p), p);
+}
+Workload load_workload(const std::string& id_or_path, const std::string& configs_dir) {
+  const std::string p = resolve(id_or_path, configs_dir, "workloads", "--workload");
+  return workload_from_json(read_json_file(p), p);
+}
+
+void save_hardware(const HardwareProfile& h, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error(path + ": cannot write " + tmp);
+    out << hardware_to_json(h).dump(2) << "\n";
+    if (!out) throw std::runtime_error(path + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename from " + tmp + " failed");
+}
+
+}  // namespace ac::search

@@ -1,0 +1,69 @@
+// Inputs of the serving cost model, kept as data files: hardware (configs/hardware/*.json),
+// serving engine (configs/engines/*.json) and workload (configs/workloads/*.json). Formats
+// are documented in docs/costmodel.md; every loader names the file and field on bad input.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace ac::search {
+
+// Achieved fraction of peak as a function of the work in one operator (FLOPs for compute
+// curves, bytes for the memory curve): eff(w) = max * w / (w + half). Small kernels are
+// latency bound, large ones approach `max`.
+struct EfficiencyCurve {
+  double max = 1.0;
+  double half = 0.0;
+  double at(double work) const { return max * work / (work + half); }
+};
+
+struct HardwareProfile {
+  std::string id, name, source;
+  double peak_flops = 0;        // dense BF16 FLOP/s (GeForce: the FP32-accumulate rate)
+  double memory_bandwidth = 0;  // bytes/s
+  double memory_bytes = 0;      // device memory
+  double usable_fraction = 1;   // what the serving process can have (desktop cards lose some to the display)
+  double kernel_overhead_s = 0; // fixed cost per operator (launch, sync)
+  EfficiencyCurve gemm, attention, scan, memory;
+};
+
+// How a serving engine sizes memory and batches work.
+struct EngineProfile {
+  std::string id, name;
+  // "fraction_of_total" (vLLM gpu_memory_utilization: budget = total * f, then weights,
+  // activations and reserves come out of it) or "fraction_of_free" (TensorRT-LLM
+  // free_gpu_memory_fraction: KV pool = f * what is free after weights and activations).
+  std::string memory_policy = "fraction_of_total";
+  double memory_fraction = 0.9;
+  int kv_block_tokens = 16;
+  bool hybrid_page_rule = false;       // vLLM: attention page enlarged to hold one Mamba state
+  int64_t max_num_batched_tokens = 8192;  // prefill chunk and activation profile size
+  int64_t max_num_seqs = 256;
+  double cuda_graph_bytes = 0;         // reserve for captured graphs
+  double non_torch_bytes = 0;          // NCCL/cuBLAS workspaces, allocator slack
+  double step_overhead_s = 0;          // scheduler / sampler per engine step
+};
+
+struct Workload {
+  std::string id, name;
+  int64_t prompt_tokens = 0;
+  int64_t output_tokens = 0;
+  int64_t context_tokens = 0;  // tokens one sequence must be able to hold (>= prompt + output)
+  int64_t concurrency = 1;     // concurrent sequences; 0 = as many as fit (up to max_num_seqs)
+  double ttft_limit_s = 0;     // 0 = no limit
+  double tpot_limit_s = 0;
+};
+
+HardwareProfile hardware_from_json(const nlohmann::json& j, const std::string& path);
+nlohmann::json hardware_to_json(const HardwareProfile& h);
+EngineProfile engine_from_json(const nlohmann::json& j, const std::string& path);
+Workload workload_from_json(const nlohmann::json& j, const std::string& path);
+
+// `id_or_path`: an id looked up as <configs_dir>/<kind>/<id>.json, or a path to a .json file.
+// Unknown ids list the ones available.
+HardwareProfile load_hardware(const std::string& id_or_path, const std::string& configs_dir);
+EngineProfile load_engine(const std::string& id_or_path, const std::string& configs_dir);
+Workload load_workload(const std::string& id_or_path, const std::string& configs_dir);
+void save_hardware(const HardwareProfile& h, const std::string& path);  // atomic
+
+}  // namespace ac::search

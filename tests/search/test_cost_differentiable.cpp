@@ -1,0 +1,119 @@
+// The differentiable cost model equals the exact one at one-hot choices, and its gradients
+// reach the choice probabilities with the right signs.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "model/arch_spec.h"
+#include "search/costmodel/cost_model.h"
+#include "search/costmodel/differentiable.h"
+
+using namespace ac::search;
+using ac::model::ArchSpec;
+using ac::model::load_arch;
+
+namespace {
+const std::string kConfigs = std::string(AC_SOURCE_DIR) + "/configs";
+
+double rel(double a, double b) { return std::fabs(a - b) / std::max(1e-30, std::fabs(b)); }
+
+void expect_equal(const SoftCost& s, const Prediction& p, const std::string& what) {
+  EXPECT_LT(rel(s.params.item<double>(), p.params), 1e-12) << what;
+  EXPECT_LT(rel(s.active_params.item<double>(), p.active_params), 1e-12) << what;
+  EXPECT_LT(rel(s.weight_bytes.item<double>(), p.weight_bytes), 1e-12) << what;
+  EXPECT_LT(rel(s.kv_bytes_per_token.item<double>(), p.kv_bytes_per_token + 1e-300), 1e-12) << what;
+  EXPECT_LT(rel(s.state_bytes_per_seq.item<double>() + 1, p.state_bytes_per_seq + 1), 1e-12) << what;
+  EXPECT_LT(rel(s.bytes_per_seq.item<double>(), p.bytes_per_seq), 1e-12) << what;
+  EXPECT_LT(rel(s.kv_budget_bytes.item<double>(), p.kv_budget_bytes), 1e-12) << what;
+  EXPECT_EQ(int64_t(s.max_concurrency.item<double>()), p.max_concurrency) << what;
+  EXPECT_LT(rel(s.ttft_s.item<double>(), p.ttft_s), 1e-12) << what;
+  EXPECT_LT(rel(s.tpot_s.item<double>(), p.tpot_s), 1e-12) << what;
+  EXPECT_LT(rel(s.throughput_tok_s.item<double>(), p.throughput_tok_s), 1e-12) << what;
+  ASSERT_EQ(s.layer_decode_s.numel(), int64_t(p.layers.size()));
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    EXPECT_LT(rel(s.layer_decode_s[i].item<double>(), p.layers[i].decode_s), 1e-12) << what << " layer " << i;
+    EXPECT_LT(rel(s.layer_prefill_s[i].item<double>(), p.layers[i].prefill_s), 1e-12) << what << " layer " << i;
+  }
+}
+
+// Per-layer categorical choices over {base, reduced} for every searchable dimension.
+struct Choices {
+  torch::Tensor logits_heads, logits_ffn, logits_experts, logits_mamba, logits_keep;
+};
+}  // namespace
+
+TEST(DifferentiableCost, EqualsExactModelAtOneHotChoices) {
+  const ArchSpec base = load_arch(kConfigs + "/models/nemotron-3-super.json");
+  const int64_t L = int64_t(base.layers.size());
+  auto hw = load_hardware("b200", kConfigs);
+  auto e = load_engine("vllm", kConfigs);
+  for (const char* wl : {"long-context-128k", "batched-serving", "in-game"}) {
+    auto w = load_workload(wl, kConfigs);
+    const DifferentiableCostModel soft(base, hw, e, w);
+    // Choice 1 of each: experts 512 -> 256, Mamba heads 128 -> 96, KV heads 2 -> 1, every
+    // 4th layer dropped; choice 0 keeps the base. One-hot at a random mix of both.
+    torch::manual_seed(3);
+    const torch::Tensor pick = torch::randint(0, 2, {L, 4}, torch::kLong);
+    ArchSpec exact = base;
+    auto onehot = [&](int col) { return torch::one_hot(pick.select(1, col), 2).to(torch::kFloat64); };
+    SoftDims d;
+    d.experts = expected_value(onehot(0), torch::tensor({512.0, 256.0}, torch::kFloat64));
+    d.mamba_heads = expected_value(onehot(1), torch::tensor({128.0, 96.0}, torch::kFloat64));
+    d.kv_heads = expected_value(onehot(2), torch::tensor({2.0, 1.0}, torch::kFloat64));
+    d.keep = expected_value(onehot(3), torch::tensor({1.0, 0.0}, torch::kFloat64));
+    for (int64_t i = 0; i < L; ++i) {
+      auto& l = exact.layers[size_t(i)];
+      if (l.moe && pick[i][0].item<int64_t>()) l.moe->num_experts = 256;
+      if (l.mamba && pick[i][1].item<int64_t>()) l.mamba->num_heads = 96;
+      if (l.attention && pick[i][2].item<int64_t>()) l.attention->num_kv_heads = 1;
+      if (pick[i][3].item<int64_t>()) l = ac::model::LayerSpec{};
+    }
+    const Prediction p = predict(exact, hw, e, w);
+    expect_equal(soft(d), p, wl);
+    // Undefined soft dims give the base model itself.
+    expect_equal(soft(SoftDims{}), predict(base, hw, e, w), std::string(wl) + " (base)");
+  }
+}
+
+TEST(DifferentiableCost, DenseModelAndTrtllmAlsoMatch) {
+  ArchSpec base = load_arch(kConfigs + "/models/llama-3-8b.json");
+  const int64_t L = int64_t(base.layers.size());
+  auto hw = load_hardware("rtx5090", kConfigs);
+  auto e = load_engine("trtllm", kConfigs);
+  auto w = load_workload("long-context-coding", kConfigs);
+  const DifferentiableCostModel soft(base, hw, e, w);
+  SoftDims d;
+  torch::Tensor ffn = torch::full({L}, 14336.0, torch::kFloat64);
+  ffn.index_put_({torch::indexing::Slice(0, 8)}, 9216.0);
+  d.ffn = ffn;
+  for (int i = 0; i < 8; ++i) base.layers[size_t(i)].mlp->ffn_size = 9216;
+  expect_equal(soft(d), predict(base, hw, e, w), "llama");
+}
+
+TEST(DifferentiableCost, GradientsReachChoiceProbabilities) {
+  const ArchSpec base = load_arch(kConfigs + "/models/nemotron-3-super.json");
+  const int64_t L = int64_t(base.layers.size());
+  const DifferentiableCostModel soft(base, load_hardware("b200", kConfigs), load_engine("vllm", kConfigs),
+                                     load_workload("batched-serving", kConfigs));
+  torch::Tensor logits = torch::zeros({L, 2}, torch::TensorOptions().dtype(torch::kFloat64).requires_grad(true));
+  SoftDims d;
+  d.experts = expected_value(torch::softmax(logits, 1), torch::tensor({512.0, 128.0}, torch::kFloat64));
+  const SoftCost c = soft(d);
+  // Weights fall as probability moves to 128 experts: dW/dlogit[:,1] < 0 on MoE layers, 0 elsewhere.
+  c.weight_bytes.backward();
+  const torch::Tensor g = logits.grad();
+  for (int64_t i = 0; i < L; ++i) {
+    if (base.layers[size_t(i)].moe) {
+      EXPECT_LT(g[i][1].item<double>(), 0) << i;
+    } else {
+      EXPECT_EQ(g[i][1].item<double>(), 0) << i;
+    }
+  }
+  // TPOT is differentiable too (through the experts touched and, at this workload, the
+  // concurrency that fits), and finite.
+  logits.grad().zero_();
+  d.experts = expected_value(torch::softmax(logits, 1), torch::tensor({512.0, 128.0}, torch::kFloat64));
+  const SoftCost c2 = soft(d);
+  c2.tpot_s.backward();
+  EXPECT_TRUE(torch::isfinite(logits.grad()).all().item<bool>());
+  EXPECT_GT(logits.grad().abs().sum().item<double>(), 0);
+}
