@@ -140,7 +140,12 @@ class Evaluator {
     return op_time<T>(tokens_in_out_flops, weight_elems * g_.wbytes + act_elems * g_.abytes, hw_.gemm,
                       one());
   }
-  T mem_op(const T& act_elems) const { return op_time<T>(act_elems * 0.0, act_elems * g_.abytes, hw_.gemm, one()); }
+  // Elementwise operators (norms, gating): memory time only.
+  template <typename X>
+  X mem_time(const X& bytes) const {
+    return (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max) + hw_.kernel_overhead_s;
+  }
+  T mem_op(const T& act_elems) const { return mem_time<T>(act_elems * g_.abytes); }
   T one() const { return O::full(d_.attn_keep, 1.0); }
 
   T layer_params(bool active) const {
@@ -213,8 +218,7 @@ class Evaluator {
                         (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max)) +
              hw_.kernel_overhead_s;
     };
-    const S zero = n * 0.0;
-    S r = t(zero, 2.0 * n * h * g_.abytes, hw_.gemm) + t(zero, 2.0 * n * h * g_.abytes, hw_.gemm);
+    S r = mem_time<S>(2.0 * n * h * g_.abytes) + mem_time<S>(2.0 * n * h * g_.abytes);
     if (with_head) r = r + t(2.0 * rows * h * V, rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
     return r;
   }

@@ -215,6 +215,13 @@ Workload load_workload(const std::string& id_or_path, const std::string& configs
   return workload_from_json(read_json_file(p), p);
 }
 
+std::string default_configs_dir() {
+#ifdef AC_CONFIGS_DIR
+  if (fs::is_directory(AC_CONFIGS_DIR)) return AC_CONFIGS_DIR;
+#endif
+  return "configs";
+}
+
 void save_hardware(const HardwareProfile& h, const std::string& path) {
   const std::string tmp = path + ".tmp";
   {

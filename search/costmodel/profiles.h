@@ -65,5 +65,8 @@ HardwareProfile load_hardware(const std::string& id_or_path, const std::string& 
 EngineProfile load_engine(const std::string& id_or_path, const std::string& configs_dir);
 Workload load_workload(const std::string& id_or_path, const std::string& configs_dir);
 void save_hardware(const HardwareProfile& h, const std::string& path);  // atomic
+// The source tree's configs/ when it exists (compiled in), else "configs" relative to the
+// working directory.
+std::string default_configs_dir();
 
 }  // namespace ac::search

@@ -1,0 +1,44 @@
+// Calibration of a hardware profile on the local device: times GEMMs, causal attention, a
+// Mamba-2 chunked scan and memory copies through LibTorch (GPU when present) and fits the
+// profile's peak rates and efficiency curves to them (docs/costmodel.md).
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "search/costmodel/profiles.h"
+
+namespace ac::search {
+
+struct CalibrationOptions {
+  std::string id = "cpu-local";
+  std::string name;           // free text; defaults to a description of the device
+  std::string device = "cpu"; // "cpu" or "cuda"
+  std::string dtype = "bfloat16";  // GEMM/attention/copy dtype (the scan runs in float32)
+  double memory_bytes = 0;    // device memory; the caller supplies it (the library reads no system state)
+  double usable_fraction = 0.9;
+  bool quick = false;         // fewer sizes (tests)
+  double min_seconds = 0.05;  // time each point for at least this long
+};
+
+struct CalibrationPoint {
+  std::string kind;   // gemm | attention | scan | memory
+  std::string shape;  // human-readable sizes
+  double flops = 0, bytes = 0, seconds = 0;
+  double predicted_s = 0;  // by the fitted profile
+};
+
+struct CalibrationResult {
+  HardwareProfile profile;
+  std::vector<CalibrationPoint> points;
+  double mape = 0;  // mean absolute percentage error of the fitted profile on its own points
+  nlohmann::json to_json() const;  // the profile plus the measurements
+};
+
+CalibrationResult calibrate(const CalibrationOptions& options);
+
+// Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
+double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes);
+
+}  // namespace ac::search
