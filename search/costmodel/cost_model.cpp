@@ -166,9 +166,9 @@ std::string Prediction::table(bool per_layer) const {
   row("parameters (total/active)", num("%.3fB", params / 1e9) + " / " + num("%.3fB", active_params / 1e9));
   row("weights", gb(weight_bytes));
   row("KV cache per token", num("%.0f B", kv_bytes_per_token) + " (" + num("%.2f KiB", kv_bytes_per_token / 1024) + ")");
-  row("Mamba state per sequence", gib(state_bytes_per_seq));
+  row("Mamba state per sequence", num("%.1f MiB", state_bytes_per_seq / 1048576.0));
   row("activation workspace", gb(activation_bytes));
-  row("reserved (graphs, non-torch)", gb(reserved_bytes));
+  row("reserved (graphs, other)", gb(reserved_bytes));
   row("engine budget", gb(budget_bytes));
   row("left for KV + state", gb(kv_budget_bytes));
   row("bytes per sequence", gib(bytes_per_seq));
