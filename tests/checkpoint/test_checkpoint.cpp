@@ -11,19 +11,14 @@
 
 #include "checkpoint/checkpoint.h"
 #include "dist/error.h"
+#include "tests/mpi_world.h"
 
 namespace fs = std::filesystem;
 using namespace ac::checkpoint;
 
 namespace {
 
-struct World {
-  int rank = 0, size = 1;
-  World() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-  }
-};
+using ac::testing::World;
 
 // A scratch directory shared by all ranks of this test.
 std::string scratch(const std::string& name) {

@@ -6,18 +6,13 @@
 
 #include "dist/communicator.h"
 #include "dist/parallel_layout.h"
+#include "tests/mpi_world.h"
 
 using ac::dist::ReduceOp;
 
 namespace {
 
-struct World {
-  int rank = 0, size = 1;
-  World() {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-  }
-};
+using ac::testing::World;
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kLong};
 
