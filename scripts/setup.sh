@@ -20,6 +20,10 @@ PACKAGES=(
   libpcre2-dev fortunes fortunes-min  # data/: PCRE2 for the tokenizer regexes; fortunes = demo corpus
   # scripts that check files with the reference readers
   python3 python3-numpy python3-h5py
+  # a real single-node Slurm cluster (scripts/slurm_cluster.sh, tests/slurm): the daemons,
+  # the client commands, munge. Slurm's mpi_pmix plugin dlopen()s the unversioned
+  # libpmix.so, which only libpmix-dev ships; procps for pgrep.
+  slurmctld slurmd slurm-client munge libpmix-dev procps
 )
 
 $SUDO apt-get update -q
