@@ -18,6 +18,24 @@ const char* split_name(Split s) {
   return "?";
 }
 
+BlendEntry parse_blend_entry(const std::string& spec) {
+  BlendEntry e;
+  std::string path = spec;
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos) {
+    try {
+      size_t used = 0;
+      e.weight = std::stod(spec.substr(0, colon), &used);
+      if (used != colon) throw std::invalid_argument(spec);
+      path = spec.substr(colon + 1);
+    } catch (const std::exception&) {
+      throw InputError("--data", "value", "\"" + spec + "\" is not PATH or WEIGHT:PATH");
+    }
+  }
+  e.source = open_token_source(path);
+  return e;
+}
+
 Split split_from_name(const std::string& n) {
   if (n == "train") return Split::Train;
   if (n == "calibration" || n == "calib") return Split::Calibration;

@@ -72,6 +72,9 @@ struct BlendEntry {
   std::shared_ptr<const TokenSource> source;
   double weight = 1.0;
 };
+// Opens "PATH" or "WEIGHT:PATH" (Megatron's --data-path lists weights before paths).
+// Throws ac::InputError naming --data for a malformed entry.
+BlendEntry parse_blend_entry(const std::string& spec);
 
 // Megatron's greedy blend (helpers.cpp build_blending_indices): sample i goes to the
 // dataset with the largest weight_d * max(i, 1) - used_d (the first on ties), and is that

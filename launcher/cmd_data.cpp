@@ -104,28 +104,9 @@ int run_inspect(const po::variables_map& vm, RunContext& ctx) {
   return kExitOk;
 }
 
-// Parses "PATH" or "WEIGHT:PATH" (Megatron's --data-path lists weights before paths).
-data::BlendEntry blend_entry(const std::string& spec) {
-  data::BlendEntry e;
-  std::string path = spec;
-  const size_t colon = spec.find(':');
-  if (colon != std::string::npos) {
-    try {
-      size_t used = 0;
-      e.weight = std::stod(spec.substr(0, colon), &used);
-      if (used != colon) throw std::invalid_argument(spec);
-      path = spec.substr(colon + 1);
-    } catch (const std::exception&) {
-      throw InputError("--data", "value", "\"" + spec + "\" is not PATH or WEIGHT:PATH");
-    }
-  }
-  e.source = data::open_token_source(path);
-  return e;
-}
-
 int run_sample(const po::variables_map& vm, RunContext& ctx) {
   std::vector<data::BlendEntry> entries;
-  for (const auto& s : vm["data"].as<std::vector<std::string>>()) entries.push_back(blend_entry(s));
+  for (const auto& s : vm["data"].as<std::vector<std::string>>()) entries.push_back(data::parse_blend_entry(s));
   auto sampler = std::make_shared<data::BlendedSampler>(entries, vm["seq-len"].as<int64_t>(), vm["seed"].as<uint64_t>(),
                                                         data::parse_split(vm["split"].as<std::string>()),
                                                         data::split_from_name(vm["which"].as<std::string>()));

@@ -1,0 +1,192 @@
+// ZeRO-1 AdamW (see zero_optimizer.h for the layout).
+#include "dist/zero_optimizer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace ac::dist {
+
+namespace {
+int64_t rows_of(const torch::Tensor& p) { return p.dim() == 0 ? 1 : p.size(0); }
+torch::Tensor as_rows(const torch::Tensor& p) { return p.view({rows_of(p), -1}); }
+}  // namespace
+
+ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communicator* tp, AdamWOptions options)
+    : params_(std::move(params)), dp_(dp), tp_(tp), opt_(options) {
+  const int dp_size = dp_.size(), me = dp_.rank();
+  where_.resize(params_.size());
+  // Group consecutive parameters of one dtype into buckets of ~bucket_bytes (fp32, all ranks).
+  Bucket cur;
+  auto close = [&] {
+    if (cur.slots.empty()) return;
+    buckets_.push_back(std::move(cur));
+    cur = Bucket{};
+  };
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& p = params_[i].param;
+    if (!p.defined()) throw std::invalid_argument("ZeroAdamW: parameter " + params_[i].name + " is undefined");
+    if (!p.is_contiguous()) throw std::invalid_argument("ZeroAdamW: parameter " + params_[i].name + " is not contiguous");
+    if (!cur.slots.empty() && (cur.dtype != p.scalar_type() ||
+                               (cur.segment * dp_size * 4) >= static_cast<int64_t>(opt_.bucket_bytes)))
+      close();
+    if (cur.slots.empty()) cur.dtype = p.scalar_type();
+    Slot s;
+    s.param = i;
+    const int64_t rows = rows_of(p);
+    s.row_numel = rows == 0 ? 0 : p.numel() / rows;
+    s.rows_per_rank = (rows + dp_size - 1) / dp_size;
+    s.offset = cur.segment;
+    cur.segment += s.rows_per_rank * s.row_numel;
+    where_[i] = {buckets_.size(), cur.slots.size()};
+    cur.slots.push_back(s);
+  }
+  close();
+
+  torch::NoGradGuard no_grad;
+  for (Bucket& b : buckets_) {
+    const auto f32 = params_[b.slots.front().param].param.options().dtype(torch::kFloat);
+    b.master = torch::zeros({b.segment}, f32);
+    b.exp_avg = torch::zeros({b.segment}, f32);
+    b.exp_avg_sq = torch::zeros({b.segment}, f32);
+    b.decay_mask = torch::zeros({b.segment}, f32);
+    b.tp_sharded_mask = torch::zeros({b.segment}, f32);
+    for (const Slot& s : b.slots) {
+      const OptimParam& op = params_[s.param];
+      const int64_t n = owned_rows(s, me) * s.row_numel;
+      if (n == 0) continue;
+      b.master.narrow(0, s.offset, n)
+          .copy_(as_rows(op.param).narrow(0, me * s.rows_per_rank, owned_rows(s, me)).reshape(-1));
+      if (op.decay) b.decay_mask.narrow(0, s.offset, n).fill_(1.0);
+      if (!op.tp_replicated) b.tp_sharded_mask.narrow(0, s.offset, n).fill_(1.0);
+    }
+  }
+}
+
+int64_t ZeroAdamW::owned_rows(const Slot& s, int rank) const {
+  const int64_t rows = rows_of(params_[s.param].param);
+  const int64_t start = rank * s.rows_per_rank;
+  return std::max<int64_t>(0, std::min(rows, start + s.rows_per_rank) - start);
+}
+
+ZeroAdamW::Shard ZeroAdamW::shard(size_t i) const {
+  const auto [bi, si] = where_.at(i);
+  const Bucket& b = buckets_[bi];
+  const Slot& s = b.slots[si];
+  const torch::Tensor& p = params_[i].param;
+  Shard out;
+  out.row_start = dp_.rank() * s.rows_per_rank;
+  out.rows = owned_rows(s, dp_.rank());
+  std::vector<int64_t> shape = p.sizes().vec();
+  if (shape.empty()) shape = {1};
+  shape[0] = out.rows;
+  const int64_t n = out.rows * s.row_numel;
+  out.master = b.master.narrow(0, s.offset, n).view(shape);
+  out.exp_avg = b.exp_avg.narrow(0, s.offset, n).view(shape);
+  out.exp_avg_sq = b.exp_avg_sq.narrow(0, s.offset, n).view(shape);
+  return out;
+}
+
+void ZeroAdamW::zero_grad() {
+  for (OptimParam& op : params_) {
+    if (op.param.grad().defined()) op.param.mutable_grad() = torch::Tensor();
+  }
+}
+
+void ZeroAdamW::gather_params(Bucket& b) {
+  torch::NoGradGuard no_grad;
+  const int dp_size = dp_.size();
+  torch::Tensor mine = b.master.to(b.dtype);
+  torch::Tensor all = mine;
+  if (dp_size > 1) {
+    all = torch::empty({b.segment * dp_size}, mine.options());
+    dp_.all_gather(all, mine);
+  }
+  for (int r = 0; r < dp_size; ++r) {
+    for (const Slot& s : b.slots) {
+      const int64_t rows = owned_rows(s, r);
+      if (rows == 0) continue;
+      torch::Tensor dst = as_rows(params_[s.param].param).narrow(0, r * s.rows_per_rank, rows);
+      dst.copy_(all.narrow(0, r * b.segment + s.offset, rows * s.row_numel).view({rows, s.row_numel}));
+    }
+  }
+}
+
+void ZeroAdamW::sync_params_from_master() {
+  for (Bucket& b : buckets_) gather_params(b);
+}
+
+StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
+  torch::NoGradGuard no_grad;
+  const int dp_size = dp_.size();
+  // 1. Average gradients over DP; each rank keeps the fp32 rows it owns.
+  std::vector<torch::Tensor> grads;
+  grads.reserve(buckets_.size());
+  for (Bucket& b : buckets_) {
+    torch::Tensor flat = torch::zeros({b.segment * dp_size}, b.master.options());
+    for (int r = 0; r < dp_size; ++r) {
+      for (const Slot& s : b.slots) {
+        const int64_t rows = owned_rows(s, r);
+        const torch::Tensor& g = params_[s.param].param.grad();
+        if (rows == 0 || !g.defined()) continue;
+        flat.narrow(0, r * b.segment + s.offset, rows * s.row_numel)
+            .view({rows, s.row_numel})
+            .copy_(as_rows(g).narrow(0, r * s.rows_per_rank, rows));
+      }
+    }
+    if (dp_size > 1) {
+      torch::Tensor mine = torch::empty({b.segment}, flat.options());
+      dp_.reduce_scatter(mine, flat, ReduceOp::Avg);
+      grads.push_back(mine);
+    } else {
+      grads.push_back(flat);
+    }
+  }
+  zero_grad();
+
+  // 2. Global norm: TP-sharded parts summed over TP and DP, TP-replicated parts over DP only.
+  double sharded = 0.0, replicated = 0.0;
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    torch::Tensor sq = grads[k].to(torch::kDouble).square();
+    const double part = (sq * buckets_[k].tp_sharded_mask.to(torch::kDouble)).sum().item<double>();
+    sharded += part;
+    replicated += sq.sum().item<double>() - part;
+  }
+  torch::Tensor sums = torch::tensor({sharded, replicated}, torch::kDouble);
+  if (dp_size > 1) dp_.all_reduce(sums, ReduceOp::Sum);
+  torch::Tensor tp_part = sums.narrow(0, 0, 1).clone();
+  if (tp_ && tp_->size() > 1) tp_->all_reduce(tp_part, ReduceOp::Sum);
+  StepResult result;
+  result.grad_norm = std::sqrt(tp_part.item<double>() + sums[1].item<double>());
+  if (!std::isfinite(result.grad_norm)) return result;  // every rank sees the same norm
+
+  // 3. Clip and update the local shard (decoupled weight decay, bias-corrected moments, as torch.optim.AdamW).
+  const double coef = (max_grad_norm > 0 && result.grad_norm > max_grad_norm)
+                          ? max_grad_norm / (result.grad_norm + 1e-6) : 1.0;
+  ++steps_;
+  const double bc1 = 1.0 - std::pow(opt_.beta1, double(steps_));
+  const double bc2 = 1.0 - std::pow(opt_.beta2, double(steps_));
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    torch::Tensor& g = grads[k];
+    if (coef != 1.0) g.mul_(coef);
+    b.exp_avg.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    b.exp_avg_sq.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
+    if (opt_.weight_decay != 0.0) b.master.addcmul_(b.decay_mask, b.master, -lr * opt_.weight_decay);
+    torch::Tensor denom = (b.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opt_.eps);
+    b.master.addcdiv_(b.exp_avg, denom, -lr / bc1);
+    gather_params(b);
+  }
+  result.applied = true;
+  return result;
+}
+
+int64_t ZeroAdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += 3 * b.segment * 4;
+  return bytes;
+}
+
+}  // namespace ac::dist
