@@ -21,11 +21,36 @@ struct KdOptions {
 
 // Mean over tokens of T^2 * KL(p_T || p_S) = T^2 * sum_v p_T (log p_T - log p_S), with
 // p = softmax(logits / T) over the whole (TP-sharded) vocabulary.
-// student_local, teacher_local: [N, shard] (any float dtype, same shard layout);
+// student_local, teacher_local: [N, shard] (any float dtype, same shard layout; leading
+// dims [.., shard] are flattened into tokens);
 // vocab_size: the true vocabulary (columns at or past it are padding and ignored);
-// mask: optional [N] (bool or float), tokens with 0 are excluded from the mean.
+// mask: optional [N] (bool or float), tokens with 0 are excluded from the mean (any
+// non-zero value counts as 1); with every token masked the loss is 0 with a zero gradient.
 // Differentiable with respect to student_local; the teacher gets no gradient. At TP = 1
-// (tp.size() == 1) no collective is called.
+// (tp.size() == 1) no collective is called. Returns an fp32 scalar; the gradient has the
+// student's dtype.
+//
+// Exactly, with s = student / T, t = teacher / T (fp32), kept tokens i, n = their count:
+//   loss = T^2 / n * sum_i sum_v p_T[i,v] (log p_T[i,v] - log p_S[i,v])     (top_k == 0)
+//   d loss / d student[i,v] = T / n * (p_S[i,v] - p_T[i,v])  (times the upstream gradient)
+// Terms with p_T = 0 count as 0. With top_k = K > 0 (K clamped to vocab_size), S_i = the
+// teacher's K largest logits of token i over the global vocabulary, and
+//   q[i,k]      = softmax over k in S_i of t[i,k]          (teacher renormalised over S_i)
+//   log p_S[i,v] = s[i,v] - logsumexp_{u in vocab} s[i,u]  (full-vocabulary student log-prob)
+//   loss        = T^2 / n * sum_i sum_{k in S_i} q[i,k] (log q[i,k] - log p_S[i,k])
+//   d loss / d student[i,v] = T / n * (p_S[i,v] - q[i,v]),  q[i,v] = 0 outside S_i
+// (the log-sum-exp gives every column a gradient, not only the K selected). K = vocab_size
+// gives the full KL. Ties at the K-th teacher value are broken as torch::topk breaks them.
+//
+// Work and memory: tokens are processed `token_chunk` at a time; per chunk a few fp32
+// [chunk, shard] temporaries. Saved for backward: the inputs as given (bf16 stays bf16)
+// plus per token the global log-sum-exps ([N] fp32) -- for top-K the K ids ([N, K] int64)
+// and q ([N, K] fp32) instead of the teacher -- so backward recomputes softmaxes chunk by
+// chunk and calls no collective. Forward collectives per chunk: full KL, all-reduce MAX of
+// the row maxima and SUM of the exp-sums (student and teacher in one call each), then one
+// scalar SUM of the KL partial sums at the end; top-K, one all_gather of the local top-K
+// (values + global ids), MAX of the student row maxima, and one SUM of the student's
+// exp-sum together with its logits at the K ids (each rank fills the ids it owns).
 torch::Tensor vocab_parallel_kl(const torch::Tensor& student_local, const torch::Tensor& teacher_local,
                                 dist::Communicator& tp, int64_t vocab_size, const KdOptions& options = {},
                                 const torch::Tensor& mask = {});
@@ -37,14 +62,19 @@ class IntermediateLossImpl : public torch::nn::Module {
  public:
   enum class Kind { Cosine, Mse };
   IntermediateLossImpl(int64_t student_hidden, int64_t teacher_hidden, Kind kind);
-  // student [.., student_hidden], teacher [.., teacher_hidden]; mean over tokens.
+  // student [.., student_hidden], teacher [.., teacher_hidden]; mean over tokens, in fp32.
+  // Cosine: mean_i (1 - cos(P s_i, t_i)); MSE: mean_i mean_h (P s_i - t_i)_h^2, where P is
+  // the projection (Linear student_hidden -> teacher_hidden, with bias) or the identity.
+  // The teacher is detached.
   torch::Tensor forward(const torch::Tensor& student, const torch::Tensor& teacher);
   torch::nn::Linear projection{nullptr};  // null when the widths match
   Kind kind;
 };
 TORCH_MODULE(IntermediateLoss);
 
-// l_int scaled so that it carries the same magnitude as l_logit (both scalars).
+// l_int scaled so that it carries the same magnitude as l_logit (both scalars):
+// l_int * (l_logit.detach() / l_int.detach()); its value is l_logit's, its gradient l_int's
+// times that ratio. A zero l_int gives 0 (not NaN).
 torch::Tensor scale_to(const torch::Tensor& l_int, const torch::Tensor& l_logit);
 
 }  // namespace ac::distill
