@@ -1,0 +1,68 @@
+// The distillation trainer: a frozen TP-sharded teacher and a student in the same job,
+// TP x DP, ZeRO-1 AdamW, KD loss over the vocabulary-parallel logits (plus optional
+// cross-entropy and hidden-state terms), gradient accumulation, periodic eval, JSONL
+// metrics, checkpoints every N steps and on SIGUSR1/SIGTERM, exact resume from `latest`.
+// With `distill = false` it is the pretraining trainer (cross-entropy only), used to make
+// small teachers.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace ac::distill {
+
+// Exit code after a signal-triggered checkpoint: the job wants to be requeued. Slurm
+// clusters list it in RequeueExit (scripts/slurm_cluster.sh does); docs/slurm.md.
+constexpr int kExitRequeue = 75;
+
+struct TrainerConfig {
+  bool distill = true;
+  // Models
+  std::string student;          // ArchSpec JSON or Hugging Face config.json
+  std::string student_init;     // optional checkpoint (dir or .h5) the student starts from
+  std::string teacher;          // checkpoint (dir with `latest`, or .h5): distill only
+  std::string dtype = "bf16";   // parameter/activation dtype: bf16 | f32 (master weights are fp32)
+  int tp = 1;
+  // Data
+  std::vector<std::string> data;  // PATH or WEIGHT:PATH (Megatron prefix or .h5 token store)
+  std::string split = "98,1,1";
+  int64_t seq_len = 128;
+  int64_t micro_batch = 4;      // samples per DP rank per micro-step
+  int64_t grad_accum = 1;       // micro-steps per optimizer step
+  uint64_t seed = 1234;
+  // Optimizer and schedule
+  int64_t steps = 100;
+  double lr = 3e-4, min_lr = 3e-5;
+  int64_t warmup = 10;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double clip_grad = 1.0;
+  int max_skipped = 5;          // consecutive non-finite steps before the run stops
+  // Loss
+  double kd_weight = 1.0;       // forward KL
+  double ce_weight = 0.0;       // cross-entropy on the data (pretraining: 1)
+  double temperature = 1.0;
+  int64_t top_k = 0;            // 0: full-vocabulary KL
+  std::string intermediate = "none";  // none | cosine | mse (final hidden states)
+  double intermediate_weight = 0.0;
+  // Cadence and output
+  std::string out;              // run dir: checkpoints/, metrics.jsonl, manifest.json
+  int64_t log_interval = 10;
+  int64_t eval_interval = 50;   // 0: no eval
+  int64_t eval_iters = 4;
+  int64_t save_interval = 50;   // 0: only at the end and on signals
+  int keep_last = 3;
+  std::string hardware;         // hardware profile JSON for MFU (peak_flops per rank); optional
+};
+
+// Runs the job on `world`. Returns 0 when all steps are done, kExitRequeue after a
+// signal-triggered checkpoint. Bad input throws ac::InputError; `on_layout` is called once
+// the rank grid is known (the launcher writes the manifest there).
+int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& run_config,
+                const std::function<void(const nlohmann::json& layout)>& on_layout = nullptr);
+
+}  // namespace ac::distill

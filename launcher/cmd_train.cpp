@@ -1,0 +1,126 @@
+// `autocompress distill` (KD retraining of a student against a frozen teacher) and
+// `autocompress pretrain` (the same trainer with cross-entropy only, used to make small
+// teachers). Both resume from <out>/checkpoints/latest when it exists.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "dist/error.h"
+#include "dist/runtime.h"
+#include "distill/trainer.h"
+#include "launcher/command.h"
+
+namespace ac::launcher {
+namespace {
+
+void add_common_options(po::options_description& d, bool distill) {
+  distill::TrainerConfig c;
+  auto o = d.add_options();
+  o(distill ? "student" : "arch", po::value<std::string>(),
+    distill ? "student architecture: ArchSpec JSON or Hugging Face config.json"
+            : "model architecture: ArchSpec JSON or Hugging Face config.json");
+  o("out", po::value<std::string>(), "run directory: checkpoints/, metrics.jsonl, manifest.json (resumes from it)");
+  o("data", po::value<std::vector<std::string>>()->multitoken(),
+    "datasets: PATH or WEIGHT:PATH (Megatron .bin/.idx prefix or .h5 token store), repeatable");
+  o("split", po::value<std::string>()->default_value(c.split), "train,calibration,eval document fractions");
+  o("seq-len", po::value<int64_t>()->default_value(c.seq_len), "tokens per sample");
+  o("micro-batch", po::value<int64_t>()->default_value(c.micro_batch), "samples per DP rank per micro-step");
+  o("grad-accum", po::value<int64_t>()->default_value(c.grad_accum), "micro-steps per optimizer step");
+  o("seed", po::value<uint64_t>()->default_value(c.seed), "data order and initialisation seed");
+  o("tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (DP = world / TP)");
+  o("dtype", po::value<std::string>()->default_value(c.dtype), "parameter dtype: bf16 | f32 (fp32 master weights)");
+  o("steps", po::value<int64_t>()->default_value(c.steps), "optimizer steps in total");
+  o("lr", po::value<double>()->default_value(c.lr), "peak learning rate");
+  o("min-lr", po::value<double>()->default_value(c.min_lr), "learning rate at the end of the cosine decay");
+  o("warmup", po::value<int64_t>()->default_value(c.warmup), "linear warmup steps");
+  o("weight-decay", po::value<double>()->default_value(c.weight_decay), "AdamW decoupled weight decay (matrices only)");
+  o("beta1", po::value<double>()->default_value(c.beta1), "AdamW beta1");
+  o("beta2", po::value<double>()->default_value(c.beta2), "AdamW beta2");
+  o("clip-grad", po::value<double>()->default_value(c.clip_grad), "global gradient-norm clip (0: none)");
+  o("max-skipped", po::value<int>()->default_value(c.max_skipped),
+    "consecutive non-finite steps after which the run stops");
+  o("log-interval", po::value<int64_t>()->default_value(c.log_interval), "steps between progress lines / metrics");
+  o("eval-interval", po::value<int64_t>()->default_value(c.eval_interval), "steps between eval losses (0: none)");
+  o("eval-iters", po::value<int64_t>()->default_value(c.eval_iters), "micro-batches per eval");
+  o("save-interval", po::value<int64_t>()->default_value(c.save_interval),
+    "steps between checkpoints (0: only at the end and on SIGUSR1/SIGTERM)");
+  o("keep-last", po::value<int>()->default_value(c.keep_last), "checkpoints kept (0: all)");
+  o("hardware", po::value<std::string>(), "hardware profile JSON (peak_flops per rank) to report MFU");
+  o(distill ? "student-init" : "init", po::value<std::string>(),
+    "checkpoint the model starts from (default: random init)");
+  if (distill) {
+    o("teacher", po::value<std::string>(), "teacher checkpoint (directory with `latest`, or .h5)");
+    o("kd-weight", po::value<double>()->default_value(c.kd_weight), "weight of the forward KL");
+    o("ce-weight", po::value<double>()->default_value(c.ce_weight), "weight of cross-entropy on the data");
+    o("temperature", po::value<double>()->default_value(c.temperature), "KD temperature (loss scaled by T^2)");
+    o("top-k", po::value<int64_t>()->default_value(c.top_k), "KL over the teacher's top K tokens (0: all)");
+    o("intermediate", po::value<std::string>()->default_value(c.intermediate),
+      "hidden-state loss on the final hidden states: none | cosine | mse");
+    o("intermediate-weight", po::value<double>()->default_value(c.intermediate_weight),
+      "its weight (scaled to the logit loss)");
+  }
+}
+
+template <typename T>
+void take(const po::variables_map& vm, const char* name, T& out) {
+  if (vm.count(name)) out = vm[name].as<T>();
+}
+
+int run(const po::variables_map& vm, RunContext& ctx, bool distill) {
+  distill::TrainerConfig c;
+  c.distill = distill;
+  take(vm, distill ? "student" : "arch", c.student);
+  take(vm, distill ? "student-init" : "init", c.student_init);
+  take(vm, "out", c.out);
+  take(vm, "data", c.data);
+  take(vm, "split", c.split);
+  take(vm, "seq-len", c.seq_len);
+  take(vm, "micro-batch", c.micro_batch);
+  take(vm, "grad-accum", c.grad_accum);
+  take(vm, "seed", c.seed);
+  take(vm, "tp", c.tp);
+  take(vm, "dtype", c.dtype);
+  take(vm, "steps", c.steps);
+  take(vm, "lr", c.lr);
+  take(vm, "min-lr", c.min_lr);
+  take(vm, "warmup", c.warmup);
+  take(vm, "weight-decay", c.weight_decay);
+  take(vm, "beta1", c.beta1);
+  take(vm, "beta2", c.beta2);
+  take(vm, "clip-grad", c.clip_grad);
+  take(vm, "max-skipped", c.max_skipped);
+  take(vm, "log-interval", c.log_interval);
+  take(vm, "eval-interval", c.eval_interval);
+  take(vm, "eval-iters", c.eval_iters);
+  take(vm, "save-interval", c.save_interval);
+  take(vm, "keep-last", c.keep_last);
+  take(vm, "hardware", c.hardware);
+  if (distill) {
+    take(vm, "teacher", c.teacher);
+    take(vm, "kd-weight", c.kd_weight);
+    take(vm, "ce-weight", c.ce_weight);
+    take(vm, "temperature", c.temperature);
+    take(vm, "top-k", c.top_k);
+    take(vm, "intermediate", c.intermediate);
+    take(vm, "intermediate-weight", c.intermediate_weight);
+  } else {
+    c.kd_weight = 0;
+    c.ce_weight = 1;
+  }
+  if (c.log_interval <= 0) throw InputError("--log-interval", "value", "must be positive");
+  return distill::run_trainer(c, ctx.runtime.world(), ctx.config, [&](const nlohmann::json& layout) {
+    ctx.write_manifest(c.out, layout);
+  });
+}
+
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "distill", "retrain a student by knowledge distillation from a teacher checkpoint (TP x DP, ZeRO-1, resumable)",
+    [](po::options_description& d) { add_common_options(d, true); },
+    [](const po::variables_map& vm, RunContext& ctx) { return run(vm, ctx, true); }}));
+
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "pretrain", "train a model with cross-entropy (small teachers for tests and the demo; resumable)",
+    [](po::options_description& d) { add_common_options(d, false); },
+    [](const po::variables_map& vm, RunContext& ctx) { return run(vm, ctx, false); }}));
+
+}  // namespace
+}  // namespace ac::launcher

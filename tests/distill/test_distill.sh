@@ -1,0 +1,44 @@
+# Distillation end to end at 2 ranks: a teacher pretrained here, a smaller heterogeneous
+# student distilled from it (KD loss falls); TP = 2 equals TP = 1 (DP = 2) step by step;
+# top-K and hidden-state losses run; a non-finite step is skipped and counted, too many in a
+# row stop the run; bad input exits 2 naming the file.
+source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
+rm -rf "$T/teacher" "$T/s_tp1" "$T/s_tp2" "$T/s_topk" "$T/nan1" "$T/nan2" "$T/bad"
+make_data
+TEACHER_ARCH=$AC_SOURCE_DIR/configs/models/tiny-teacher.json
+STUDENT_ARCH=$AC_SOURCE_DIR/configs/models/tiny-student.json
+
+timeout 300 $MPIEXEC -n 2 "$AC_BIN" pretrain --arch "$TEACHER_ARCH" $TRAIN_COMMON --steps 20 --eval-interval 0 \
+  --save-interval 0 --out "$T/teacher" >"$T/teacher.log" 2>&1 || { cat "$T/teacher.log"; fail "teacher pretraining"; }
+$CMP "$T/teacher/metrics.jsonl" --decreasing ce_loss || fail "teacher CE did not fall"
+
+DISTILL="$MPIEXEC -n 2 $AC_BIN distill --student $STUDENT_ARCH --teacher $T/teacher/checkpoints $TRAIN_COMMON --steps 10 --eval-interval 5 --save-interval 0 --ce-weight 0.1"
+timeout 300 $DISTILL --tp 1 --out "$T/s_tp1" >"$T/s_tp1.log" 2>&1 || { cat "$T/s_tp1.log"; fail "distill TP 1"; }
+$CMP "$T/s_tp1/metrics.jsonl" --decreasing kd_loss || fail "KD loss did not fall"
+timeout 300 $DISTILL --tp 2 --out "$T/s_tp2" >"$T/s_tp2.log" 2>&1 || { cat "$T/s_tp2.log"; fail "distill TP 2"; }
+# TP 2 x DP 1 vs TP 1 x DP 2 on the same global batch: equal up to fp32 reduction order.
+$CMP "$T/s_tp1/metrics.jsonl" "$T/s_tp2/metrics.jsonl" --rtol 2e-4 || fail "TP 2 differs from TP 1"
+
+timeout 300 $DISTILL --tp 2 --top-k 32 --temperature 2 --intermediate cosine --intermediate-weight 0.5 \
+  --steps 4 --out "$T/s_topk" >"$T/s_topk.log" 2>&1 || { cat "$T/s_topk.log"; fail "distill top-k + intermediate"; }
+grep -q intermediate_loss "$T/s_topk/metrics.jsonl" || fail "no intermediate loss in metrics"
+
+# One NaN step: skipped, counted, the run goes on. Too many in a row: a clear stop.
+AC_FAULT_NAN_STEPS=2:1 timeout 300 $DISTILL --steps 5 --out "$T/nan1" >"$T/nan1.log" 2>&1 || { cat "$T/nan1.log"; fail "one NaN step"; }
+$PY -c "import json; r=[json.loads(l) for l in open('$T/nan1/metrics.jsonl')]; assert r[-1]['skipped_steps']==1, r[-1]" \
+  || fail "skipped step not counted"
+AC_FAULT_NAN_STEPS=1:100 timeout 300 $DISTILL --steps 8 --max-skipped 3 --out "$T/nan2" >"$T/nan2.log" 2>&1
+rc=$?; [ "$rc" = 1 ] || { cat "$T/nan2.log"; fail "exit $rc with NaN steps, want 1"; }
+grep -q "3 consecutive steps with a non-finite" "$T/nan2.log" || { cat "$T/nan2.log"; fail "no clear message"; }
+
+# Bad input.
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" distill --student "$STUDENT_ARCH" --teacher "$T/nope" $TRAIN_COMMON --out "$T/bad"
+expect_out "$T/nope"
+$PY - "$STUDENT_ARCH" "$T/small_vocab.json" <<'PYEOF'
+import json, sys
+a = json.load(open(sys.argv[1])); a["vocab_size"] = 1000; json.dump(a, open(sys.argv[2], "w"))
+PYEOF
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" distill --student "$T/small_vocab.json" --teacher "$T/teacher/checkpoints" $TRAIN_COMMON --out "$T/bad"
+expect_out "vocab_size"
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" distill --student "$STUDENT_ARCH" --teacher "$T/teacher/checkpoints" $TRAIN_COMMON --tp 3 --out "$T/bad"
+echo "OK"
