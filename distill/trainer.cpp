@@ -387,9 +387,11 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   auto evaluate = [&]() {
     torch::NoGradGuard ng;
     data::DataLoader eval_loader(eval_sampler, {cfg.micro_batch, dp_rank, dp}, data::DataCursor::start(*eval_sampler));
+    // eval_iters global batches (as Megatron): the same samples under any TP x DP x accumulation.
     LossParts parts;
-    for (int64_t i = 0; i < cfg.eval_iters; ++i) batch_loss(eval_loader.next(), parts);
-    const auto m = dp_mean({parts.total / cfg.eval_iters, parts.kd / cfg.eval_iters, parts.ce / cfg.eval_iters});
+    const int64_t n = cfg.eval_iters * cfg.grad_accum;
+    for (int64_t i = 0; i < n; ++i) batch_loss(eval_loader.next(), parts);
+    const auto m = dp_mean({parts.total / n, parts.kd / n, parts.ce / n});
     return m;
   };
 

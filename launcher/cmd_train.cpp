@@ -40,7 +40,7 @@ void add_common_options(po::options_description& d, bool distill) {
     "consecutive non-finite steps after which the run stops");
   o("log-interval", po::value<int64_t>()->default_value(c.log_interval), "steps between progress lines / metrics");
   o("eval-interval", po::value<int64_t>()->default_value(c.eval_interval), "steps between eval losses (0: none)");
-  o("eval-iters", po::value<int64_t>()->default_value(c.eval_iters), "micro-batches per eval");
+  o("eval-iters", po::value<int64_t>()->default_value(c.eval_iters), "global batches per eval (micro-batch x DP x grad-accum samples each)");
   o("save-interval", po::value<int64_t>()->default_value(c.save_interval),
     "steps between checkpoints (0: only at the end and on SIGUSR1/SIGTERM)");
   o("keep-last", po::value<int>()->default_value(c.keep_last), "checkpoints kept (0: all)");
