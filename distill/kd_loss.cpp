@@ -8,6 +8,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "dist/tensor_parallel.h"
 
@@ -23,11 +24,28 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 int64_t to_handle(dist::Communicator& c) { return reinterpret_cast<intptr_t>(&c); }
 dist::Communicator& comm_of(int64_t handle) { return *reinterpret_cast<dist::Communicator*>(static_cast<intptr_t>(handle)); }
 
-// Rows [start, start + c) of x, valid columns only, as a fresh fp32 tensor divided by T.
-torch::Tensor scaled_chunk(const torch::Tensor& x, int64_t start, int64_t c, int64_t valid, double temperature) {
-  torch::Tensor y = x.narrow(0, start, c).narrow(1, 0, valid).to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
-  if (temperature != 1.0) y.div_(temperature);
-  return y;
+// fp32 [chunk, valid] buffers allocated once per call and reused by every chunk (fresh
+// allocations per chunk cost page faults that, on CPU, took longer than the arithmetic).
+struct Workspace {
+  Workspace(int64_t rows, int64_t cols, const torch::TensorOptions& opt) : rows_(rows), cols_(cols), opt_(opt) {}
+  torch::Tensor& operator[](size_t i) {
+    while (bufs_.size() <= i) bufs_.push_back(torch::empty({rows_, cols_}, opt_));
+    return bufs_[i];
+  }
+  torch::Tensor rows(size_t i, int64_t c) { return (*this)[i].narrow(0, 0, c); }
+
+ private:
+  int64_t rows_, cols_;
+  torch::TensorOptions opt_;
+  std::vector<torch::Tensor> bufs_;
+};
+
+// Rows [start, start + c) of x, valid columns only, in fp32 divided by T, written into buf.
+torch::Tensor scaled_chunk(torch::Tensor buf, const torch::Tensor& x, int64_t start, int64_t c, int64_t valid,
+                           double temperature) {
+  buf.copy_(x.narrow(0, start, c).narrow(1, 0, valid));
+  if (temperature != 1.0) buf.div_(temperature);
+  return buf;
 }
 
 // Row maximum of y [c, valid] (-inf when this rank owns no column), all-reduced (MAX) as
@@ -41,16 +59,19 @@ torch::Tensor global_row_max(const std::vector<torch::Tensor>& ys, int64_t c, co
   return m;
 }
 
-// Local sum over columns of exp(y - m) (0 without columns).
-torch::Tensor local_sum_exp(const torch::Tensor& y, const torch::Tensor& m) {
+// Local sum over columns of exp(y - m) (0 without columns); tmp: scratch shaped like y.
+torch::Tensor local_sum_exp(const torch::Tensor& y, const torch::Tensor& m, torch::Tensor tmp) {
   if (y.size(1) == 0) return torch::zeros({y.size(0)}, y.options());
-  return (y - m.unsqueeze(1)).exp_().sum(1);
+  torch::sub_out(tmp, y, m.unsqueeze(1));
+  return tmp.exp_().sum(1);
 }
 
-struct Prepared {
-  torch::Tensor student, teacher, keep;  // [N, shard], [N, shard], [N] bool
-  int64_t n_kept = 0;
-};
+// The student's gradient: every valid column is written chunk by chunk, padding is 0.
+torch::Tensor empty_grad_with_zero_padding(const torch::Tensor& student, const dist::VocabShard& vs) {
+  torch::Tensor grad = torch::empty(student.sizes(), student.options());
+  if (vs.valid < vs.shard) grad.narrow(1, vs.valid, vs.shard - vs.valid).zero_();
+  return grad;
+}
 
 // ---- full-vocabulary KL --------------------------------------------------------------------
 //
@@ -67,13 +88,15 @@ struct VocabParallelKl : torch::autograd::Function<VocabParallelKl> {
     const auto fopt = student.options().dtype(torch::kFloat);
     torch::Tensor lse_s = torch::empty({n}, fopt), lse_t = torch::empty({n}, fopt);
     torch::Tensor acc = torch::zeros({}, fopt.dtype(torch::kDouble));  // this rank's sum of KL terms
+    Workspace ws(std::min(token_chunk, n), vs.valid, fopt);
 
     for (int64_t start = 0; start < n; start += token_chunk) {
       const int64_t c = std::min(token_chunk, n - start);
-      torch::Tensor s = scaled_chunk(student, start, c, vs.valid, temperature);
-      torch::Tensor t = scaled_chunk(teacher, start, c, vs.valid, temperature);
+      torch::Tensor s = scaled_chunk(ws.rows(0, c), student, start, c, vs.valid, temperature);
+      torch::Tensor t = scaled_chunk(ws.rows(1, c), teacher, start, c, vs.valid, temperature);
+      torch::Tensor p_t = ws.rows(2, c);
       torch::Tensor m = global_row_max({s, t}, c, fopt, tp);             // [2, c]
-      torch::Tensor z = torch::stack({local_sum_exp(s, m[0]), local_sum_exp(t, m[1])});
+      torch::Tensor z = torch::stack({local_sum_exp(s, m[0], p_t), local_sum_exp(t, m[1], p_t)});
       if (tp.size() > 1) tp.all_reduce(z, dist::ReduceOp::Sum);
       torch::Tensor lse = m + z.log();                                   // [2, c]
       lse_s.narrow(0, start, c).copy_(lse[0]);
@@ -82,9 +105,10 @@ struct VocabParallelKl : torch::autograd::Function<VocabParallelKl> {
       // log p_S and log p_T of this rank's columns, in place.
       s.sub_(lse[0].unsqueeze(1));
       t.sub_(lse[1].unsqueeze(1));
-      torch::Tensor p_t = t.exp();
+      torch::exp_out(p_t, t);
+      // 0 * log 0 = 0: a -inf teacher log-prob becomes the lowest float, so p_T * diff is 0.
+      t.clamp_min_(std::numeric_limits<float>::lowest());
       torch::Tensor diff = t.sub_(s);                                  // log p_T - log p_S
-      diff.masked_fill_(p_t.eq(0), 0.0);                               // 0 * log 0 = 0
       torch::Tensor kl_tok = p_t.mul_(diff).sum(1);                    // [c] partial over my columns
       kl_tok.masked_fill_(keep.narrow(0, start, c).logical_not(), 0.0);
       acc += kl_tok.sum(torch::kDouble);
@@ -113,13 +137,14 @@ struct VocabParallelKl : torch::autograd::Function<VocabParallelKl> {
     const int64_t n = student.size(0);
 
     // d/dz [T^2 KL(softmax(t) || softmax(z / T))] = T (p_S - p_T); mean over kept tokens.
-    torch::Tensor grad = torch::zeros(student.sizes(), student.options());
-    if (n_kept == 0 || vs.valid == 0) return {grad, {}, {}, {}, {}, {}, {}, {}};
+    if (n_kept == 0 || vs.valid == 0) return {torch::zeros(student.sizes(), student.options()), {}, {}, {}, {}, {}, {}, {}};
+    torch::Tensor grad = empty_grad_with_zero_padding(student, vs);
     torch::Tensor coef = g[0].to(torch::kFloat) * (temperature / static_cast<double>(n_kept));
+    Workspace ws(std::min(chunk, n), vs.valid, student.options().dtype(torch::kFloat));
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t c = std::min(chunk, n - start);
-      torch::Tensor s = scaled_chunk(student, start, c, vs.valid, temperature);
-      torch::Tensor t = scaled_chunk(teacher, start, c, vs.valid, temperature);
+      torch::Tensor s = scaled_chunk(ws.rows(0, c), student, start, c, vs.valid, temperature);
+      torch::Tensor t = scaled_chunk(ws.rows(1, c), teacher, start, c, vs.valid, temperature);
       s.sub_(lse_s.narrow(0, start, c).unsqueeze(1)).exp_();
       t.sub_(lse_t.narrow(0, start, c).unsqueeze(1)).exp_();
       torch::Tensor row = keep.narrow(0, start, c).to(torch::kFloat).mul_(coef).unsqueeze(1);
@@ -149,6 +174,7 @@ struct VocabParallelTopKKl : torch::autograd::Function<VocabParallelTopKKl> {
     torch::Tensor q = torch::empty({n, k}, fopt);
     torch::Tensor acc = torch::zeros({}, dopt);
     const int64_t k_local = std::min(k, vs.valid);
+    Workspace ws(std::min(token_chunk, n), vs.valid, fopt);
 
     for (int64_t start = 0; start < n; start += token_chunk) {
       const int64_t c = std::min(token_chunk, n - start);
@@ -156,7 +182,7 @@ struct VocabParallelTopKKl : torch::autograd::Function<VocabParallelTopKKl> {
       // candidates. Values and global ids travel together as doubles (ids < 2^53 exactly).
       torch::Tensor t_val, t_id;
       {
-        torch::Tensor t = scaled_chunk(teacher, start, c, vs.valid, temperature);
+        torch::Tensor t = scaled_chunk(ws.rows(0, c), teacher, start, c, vs.valid, temperature);
         torch::Tensor cand = torch::empty({c, 2 * k}, dopt);
         cand.narrow(1, 0, k).fill_(-std::numeric_limits<double>::infinity());
         cand.narrow(1, k, k).fill_(-1.0);
@@ -186,12 +212,12 @@ struct VocabParallelTopKKl : torch::autograd::Function<VocabParallelTopKKl> {
 
       // Student: global log-sum-exp over the whole vocabulary and its logits at the K ids
       // (each rank fills the ids it owns, 0 elsewhere, then SUM).
-      torch::Tensor s = scaled_chunk(student, start, c, vs.valid, temperature);
+      torch::Tensor s = scaled_chunk(ws.rows(0, c), student, start, c, vs.valid, temperature);
       torch::Tensor m = global_row_max({s}, c, fopt, tp)[0];
       torch::Tensor local = chunk_ids - vs.start;
       torch::Tensor mine = local.ge(0).logical_and(local.lt(vs.valid));
       torch::Tensor zs = torch::empty({c, 1 + k}, fopt);
-      zs.narrow(1, 0, 1).copy_(local_sum_exp(s, m).unsqueeze(1));
+      zs.narrow(1, 0, 1).copy_(local_sum_exp(s, m, ws.rows(1, c)).unsqueeze(1));
       if (vs.valid > 0)
         zs.narrow(1, 1, k).copy_(s.gather(1, local.masked_fill(mine.logical_not(), 0)).masked_fill_(mine.logical_not(), 0.0));
       else
@@ -229,12 +255,14 @@ struct VocabParallelTopKKl : torch::autograd::Function<VocabParallelTopKKl> {
     const int64_t n = student.size(0);
 
     // d/dz = T (p_S - q scattered to the K ids): the log-sum-exp touches every column.
-    torch::Tensor grad = torch::zeros(student.sizes(), student.options());
-    if (n_kept == 0 || vs.valid == 0) return {grad, {}, {}, {}, {}, {}, {}, {}, {}};
+    if (n_kept == 0 || vs.valid == 0)
+      return {torch::zeros(student.sizes(), student.options()), {}, {}, {}, {}, {}, {}, {}, {}};
+    torch::Tensor grad = empty_grad_with_zero_padding(student, vs);
     torch::Tensor coef = g[0].to(torch::kFloat) * (temperature / static_cast<double>(n_kept));
+    Workspace ws(std::min(chunk, n), vs.valid, student.options().dtype(torch::kFloat));
     for (int64_t start = 0; start < n; start += chunk) {
       const int64_t c = std::min(chunk, n - start);
-      torch::Tensor s = scaled_chunk(student, start, c, vs.valid, temperature);
+      torch::Tensor s = scaled_chunk(ws.rows(0, c), student, start, c, vs.valid, temperature);
       s.sub_(lse_s.narrow(0, start, c).unsqueeze(1)).exp_();
       torch::Tensor local = ids.narrow(0, start, c) - vs.start;
       torch::Tensor mine = local.ge(0).logical_and(local.lt(vs.valid));
