@@ -40,7 +40,12 @@ namespace ac::distill {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
-extern "C" void on_stop_signal(int signo) { g_signal = signo; }
+// Keeps the highest signal number seen: SIGTERM (15, a cancel) outranks SIGUSR1 (10, a
+// preemption warning) whatever order they arrive in (Slurm's scancel signals the batch
+// shell, which forwards, and the tasks).
+extern "C" void on_stop_signal(int signo) {
+  if (signo > g_signal) g_signal = signo;
+}
 
 // Installs SIGUSR1/SIGTERM handlers for the lifetime of the trainer.
 class SignalGuard {
