@@ -565,6 +565,8 @@ json nemotron_attrs(const LayerSpec& l, size_t i) {
          {"n_groups", m->n_groups},         {"conv_kernel", m->conv_kernel}, {"chunk_size", m->chunk_size},
          {"use_conv_bias", m->conv_bias},   {"use_bias", m->proj_bias},      {"time_step_min", m->time_step_min},
          {"time_step_max", m->time_step_max},
+         // The dt clamp; an infinite upper limit is written as 1e30 (plain JSON, read back as such).
+         {"time_step_limit", {m->time_step_limit_min, std::min(m->time_step_limit_max, 1e30)}},
          {"mamba_ssm_cache_dtype", m->ssm_state_fp32 ? "float32" : "bfloat16"}};
   } else if (const auto& at = l.attention) {
     if (at->qkv_bias != at->o_bias || at->qk_norm) unwritable(i, "NemotronH attention has one attention_bias and no qk_norm");
