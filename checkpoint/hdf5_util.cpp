@@ -166,6 +166,7 @@ std::string read_string_attr(hid_t obj, const std::string& name, const std::stri
     char* s = nullptr;
     Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
     H5Tset_size(mem, H5T_VARIABLE);
+    H5Tset_cset(mem, H5Tget_cset(type));  // h5py writes str attributes as variable-length UTF-8
     check(H5Aread(attr, mem, &s), context + ": attribute " + name);
     std::string out = s ? s : "";
     H5free_memory(s);

@@ -1,10 +1,13 @@
-// `autocompress checkpoint inspect|verify`: look inside an HDF5 checkpoint.
+// `autocompress checkpoint inspect|verify|import`: look inside an HDF5 checkpoint, or make
+// one from a Hugging Face checkpoint.
+#include <chrono>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
@@ -65,11 +68,33 @@ int run_verify(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   const std::string path = resolve(vm["path"].as<std::string>());
   checkpoint::CheckpointReader r(path);
-  const auto problems = r.verify(!vm["no-checksums"].as<bool>());
+  auto problems = r.verify(!vm["no-checksums"].as<bool>());
+  const bool model = r.attributes().contains(checkpoint::kArchSpecAttribute);
+  for (auto& p : checkpoint::verify_model_shapes(r)) problems.push_back(std::move(p));
   for (const auto& p : problems) std::cerr << "autocompress: error: " << p << "\n";
   if (!problems.empty()) return kExitUsage;
   std::cout << path << ": ok (" << r.datasets().size() << " datasets readable"
-            << (vm["no-checksums"].as<bool>() ? "" : ", checksums match") << ")\n";
+            << (vm["no-checksums"].as<bool>() ? "" : ", checksums match")
+            << (model ? ", shapes match the ArchSpec" : "") << ")\n";
+  return kExitOk;
+}
+
+int run_import(const po::variables_map& vm, RunContext& ctx) {
+  checkpoint::ImportOptions opt;
+  if (vm.count("dtype")) {
+    opt.dtype = vm["dtype"].as<std::string>();
+    if (checkpoint::parse_dtype(opt.dtype) == torch::kFloat16)
+      throw InputError("command line", "--dtype", "'" + opt.dtype + "': expected bf16 or f32");
+  }
+  opt.tp = vm["tp"].as<int>();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto r = checkpoint::import_hf(ctx.runtime.world(), vm["hf"].as<std::string>(), vm["out"].as<std::string>(), opt);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!ctx.runtime.is_root()) return kExitOk;
+  std::cout << "imported " << vm["hf"].as<std::string>() << " (" << r.spec.layers.size() << " layers, "
+            << r.spec.dtype << ") at TP " << r.tp << " x DP " << r.dp << " in " << secs << " s -> " << r.path << " ("
+            << human_bytes(double(std::filesystem::file_size(r.path))) << ")\n";
+  ctx.write_manifest(vm["out"].as<std::string>(), {{"world_size", ctx.runtime.world_size()}, {"tp", r.tp}, {"dp", r.dp}});
   return kExitOk;
 }
 
@@ -84,12 +109,24 @@ AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint inspect", "layout, tensors, shape
                                      d.add_options()("json", po::bool_switch(), "print JSON");
                                    },
                                    run_inspect, path_positional}));
-AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint verify", "read every dataset of a checkpoint and check its checksums",
+AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint verify", "read every dataset of a checkpoint, check its checksums and its shapes against the ArchSpec",
                                    [](po::options_description& d) {
                                      path_option(d);
                                      d.add_options()("no-checksums", po::bool_switch(), "only check that every dataset reads");
                                    },
                                    run_verify, path_positional}));
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "checkpoint import", "a Hugging Face checkpoint (config.json + safetensors) into an HDF5 checkpoint (run under mpirun)",
+    [](po::options_description& d) {
+      d.add_options()("hf", po::value<std::string>()->required()->value_name("DIR"),
+                      "Hugging Face checkpoint directory: config.json + model.safetensors or sharded with index")(
+          "out", po::value<std::string>()->required()->value_name("DIR"),
+          "checkpoint directory: gets step_0.h5, latest and manifest.json")(
+          "dtype", po::value<std::string>()->value_name("bf16|f32"), "stored dtype (default: config.json's torch_dtype)")(
+          "tp", po::value<int>()->default_value(0),
+          "tensor-parallel size the ranks load at (0: the world size; world = tp x dp, DP replica 0 writes)");
+    },
+    run_import}));
 
 }  // namespace
 }  // namespace ac::launcher

@@ -1,0 +1,260 @@
+// Hugging Face import and deployment export. A committed transformers fixture (Nemotron-H:
+// Mamba-2, attention, MLP, MoE) is imported at TP = 2 (TP 2 x DP 2 at 4 ranks; TP 1 at one
+// rank), exported as sharded safetensors and imported again: same tensors, same logits,
+// and transformers' logits. The bf16 HDF5 export verifies; shapes that do not match the
+// ArchSpec and bad Hugging Face directories are reported naming the file.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/convert.h"
+#include "checkpoint/model_state.h"
+#include "dist/communicator.h"
+#include "dist/error.h"
+#include "model/hf_config.h"
+#include "model/hf_import.h"
+#include "model/safetensors.h"
+
+namespace fs = std::filesystem;
+using namespace ac;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+std::string fixture(const std::string& name) { return std::string(AC_MODEL_FIXTURES) + "/" + name; }
+
+std::string shared_dir(const std::string& name) {
+  const char* base = std::getenv("AC_TEST_TMP");
+  fs::path p = fs::path(base ? base : "/tmp/ac-ckpt-test") / name;
+  if (world_rank() == 0) {
+    fs::remove_all(p);
+    fs::create_directories(p);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return p.string();
+}
+
+struct Golden {
+  torch::Tensor ids, logits;
+};
+Golden golden(const std::string& name) {
+  model::SafetensorsReader r(fixture(name) + "/golden.safetensors");
+  return {r.read("input_ids"), r.read("logits")};
+}
+
+// A TP = 1 model (on this rank alone) filled from a checkpoint file, and its logits.
+torch::Tensor checkpoint_logits(const std::string& path, const torch::Tensor& ids) {
+  checkpoint::CheckpointReader reader(path);
+  const auto spec = checkpoint::checkpoint_arch(reader);
+  model::CausalLM m(spec, model::TpGroup{dist::make_self_communicator()},
+                    model::ModelOptions{checkpoint::parse_dtype(spec.dtype)});
+  checkpoint::load_model(m, reader);
+  torch::NoGradGuard ng;
+  return m->forward(ids).to(torch::kFloat32);
+}
+
+// Runs `body` on rank 0 only; every rank learns whether it threw (so no rank waits alone).
+void on_root(const std::function<void()>& body) {
+  int ok = 1;
+  std::string what;
+  if (world_rank() == 0) {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      ok = 0;
+      what = e.what();
+    }
+  }
+  MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  ASSERT_TRUE(ok) << "rank 0: " << what;
+}
+
+}  // namespace
+
+TEST(HfImport, ImportExportImportKeepsTensorsAndLogits) {
+  const int tp = world_size() >= 2 ? 2 : 1;
+  const std::string dir = shared_dir("hf-roundtrip");
+  const auto g = golden("nemotron_h");
+
+  checkpoint::ImportOptions opt;
+  opt.dtype = "f32";
+  opt.tp = tp;
+  const auto first = checkpoint::import_hf(MPI_COMM_WORLD, fixture("nemotron_h"), dir + "/first", opt);
+  EXPECT_EQ(first.tp, tp);
+  EXPECT_EQ(first.dp, world_size() / tp);
+  EXPECT_EQ(first.path, dir + "/first/step_0.h5");
+  {
+    checkpoint::CheckpointReader reader(first.path);
+    EXPECT_TRUE(reader.verify().empty());
+    EXPECT_TRUE(checkpoint::verify_model_shapes(reader).empty());
+    EXPECT_EQ(reader.attributes().at("arch_spec").at("dtype"), "float32");
+    EXPECT_EQ(reader.attributes().at("layout").at("tp"), tp);
+  }
+  const torch::Tensor logits = checkpoint_logits(first.path, g.ids);
+  EXPECT_LE((logits - g.logits).abs().max().item<double>(), 1e-4) << "imported weights vs transformers";
+
+  // Export as sharded safetensors (small shards: an index and several files), import again.
+  on_root([&] {
+    const auto files = checkpoint::export_safetensors(dir + "/first", dir + "/hf", torch::kFloat32, 64 << 10);
+    ASSERT_GT(files.size(), 3u) << "expected several shards, an index and config.json";
+    EXPECT_TRUE(fs::exists(dir + "/hf/model.safetensors.index.json"));
+    EXPECT_TRUE(fs::exists(dir + "/hf/config.json"));
+  });
+  const auto second = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/second", opt);
+  EXPECT_LE((checkpoint_logits(second.path, g.ids) - logits).abs().max().item<double>(), 1e-5);
+
+  checkpoint::CheckpointReader a(first.path), b(second.path);
+  ASSERT_EQ(a.datasets().size(), b.datasets().size());
+  for (const auto& d : a.datasets()) EXPECT_TRUE(torch::equal(a.read(d.name), b.read(d.name))) << d.name;
+  EXPECT_EQ(a.attributes().at("arch_spec"), b.attributes().at("arch_spec"));
+}
+
+TEST(HfImport, Bf16Hdf5ExportVerifiesAndHoldsRoundedWeights) {
+  const std::string dir = shared_dir("hf-bf16");
+  checkpoint::ImportOptions opt;
+  opt.dtype = "f32";
+  opt.tp = world_size() >= 2 ? 2 : 1;
+  const auto src = checkpoint::import_hf(MPI_COMM_WORLD, fixture("nemotron_h_latent"), dir + "/src", opt);
+  on_root([&] {
+    const std::string path = checkpoint::export_hdf5(src.path, dir + "/serve", torch::kBFloat16);
+    EXPECT_EQ(path, dir + "/serve/step_0.h5");
+    EXPECT_EQ(checkpoint::resolve_checkpoint(dir + "/serve"), path);
+    checkpoint::CheckpointReader out(path), in(src.path);
+    EXPECT_TRUE(out.verify().empty());
+    EXPECT_TRUE(checkpoint::verify_model_shapes(out).empty());
+    EXPECT_EQ(out.attributes().at("arch_spec").at("dtype"), "bfloat16");
+    ASSERT_EQ(out.datasets().size(), in.datasets().size());
+    int bf16 = 0;
+    for (const auto& d : out.datasets()) {
+      const bool router = d.name.find("gate.weight") != std::string::npos ||
+                          d.name.find("e_score_correction_bias") != std::string::npos;
+      EXPECT_EQ(d.dtype, router ? "float32" : "bfloat16") << d.name;
+      bf16 += d.dtype == "bfloat16";
+      const auto want = in.read(d.name).to(router ? torch::kFloat32 : torch::kBFloat16);
+      EXPECT_TRUE(torch::equal(out.read(d.name), want)) << d.name;
+    }
+    EXPECT_GT(bf16, 10);
+    // Exporting into the source's own directory is refused.
+    EXPECT_THROW(checkpoint::export_hdf5(src.path, dir + "/src", torch::kBFloat16), InputError);
+  });
+}
+
+TEST(HfImport, VerifyReportsShapesThatDoNotMatchTheArchSpec) {
+  const std::string dir = shared_dir("hf-mismatch");
+  on_root([&] {
+    const auto spec = model::load_arch(fixture("llama") + "/config.json");
+    model::CausalLM m(spec, model::TpGroup{dist::make_self_communicator()});
+    m->init_weights(3);
+    auto other = spec;
+    other.layers[1].mlp->ffn_size = 128;  // the ArchSpec says 128, the tensors have 96
+    other.tie_embeddings = true;          // and no lm_head
+    const std::string path = checkpoint::save_checkpoint(MPI_COMM_SELF, dir, 1, checkpoint::model_tensors(m, true),
+                                                         {{"arch_spec", model::arch_to_json(other)}});
+    checkpoint::CheckpointReader reader(path);
+    EXPECT_TRUE(reader.verify().empty());  // readable, checksums fine
+    const auto problems = checkpoint::verify_model_shapes(reader);
+    std::string all;
+    for (const auto& p : problems) all += p + "\n";
+    EXPECT_EQ(problems.size(), 4u) << all;  // gate, up, down of layer 1; lm_head
+    EXPECT_NE(all.find(path + ": model/layers.1.mlp.up_proj.weight: has shape [96, 64], the ArchSpec wants [128, 64]"),
+              std::string::npos)
+        << all;
+    EXPECT_NE(all.find(path + ": model/lm_head.weight: not a tensor of the ArchSpec"), std::string::npos) << all;
+
+    // A checkpoint without an ArchSpec has nothing to compare; a missing dataset is named.
+    model::CausalLM tied(other, model::TpGroup{dist::make_self_communicator()});
+    auto tensors = checkpoint::model_tensors(tied, true);
+    tensors.erase(std::remove_if(tensors.begin(), tensors.end(),
+                                 [](const auto& t) { return t.name == "model/final_norm.weight"; }),
+                  tensors.end());
+    const std::string p2 = checkpoint::save_checkpoint(MPI_COMM_SELF, dir, 2, tensors, {{"arch_spec", model::arch_to_json(other)}});
+    checkpoint::CheckpointReader r2(p2);
+    const auto missing = checkpoint::verify_model_shapes(r2);
+    ASSERT_EQ(missing.size(), 1u);
+    EXPECT_NE(missing[0].find(p2 + ": model/final_norm.weight: missing"), std::string::npos) << missing[0];
+  });
+}
+
+TEST(HfImport, BadHuggingFaceDirectoriesNameTheFile) {
+  const std::string dir = shared_dir("hf-bad");
+  if (world_rank() == 0) {
+    fs::create_directories(dir + "/no-config");
+    fs::copy_file(fixture("llama") + "/model.safetensors", dir + "/no-config/model.safetensors");
+    fs::create_directories(dir + "/truncated");
+    fs::copy_file(fixture("llama") + "/config.json", dir + "/truncated/config.json");
+    fs::copy_file(fixture("llama") + "/model.safetensors", dir + "/truncated/model.safetensors");
+    fs::resize_file(dir + "/truncated/model.safetensors", fs::file_size(dir + "/truncated/model.safetensors") / 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto message = [&](const std::string& hf) {
+    try {
+      checkpoint::import_hf(MPI_COMM_WORLD, hf, dir + "/out", {});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(dir + "/no-config").find(dir + "/no-config/config.json"), std::string::npos)
+      << message(dir + "/no-config");
+  const std::string t = message(dir + "/truncated");
+  EXPECT_NE(t.find("truncated/model.safetensors"), std::string::npos) << t;
+  EXPECT_NE(message(dir + "/nowhere").find("no such directory"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/out/latest"));  // nothing half-written
+}
+
+TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
+  // A pruned Nemotron-H student: every layer kind with its own dimensions.
+  model::ArchSpec s = model::load_arch(fixture("nemotron_h") + "/config.json");  // M*-EM-E
+  s.layers[0].mamba->num_heads = 4;
+  s.layers[1].attention->num_kv_heads = 4;
+  s.layers[2].mlp->ffn_size = 64;
+  s.layers[3].moe->num_experts = 4;
+  s.layers[3].moe->expert_ffn = 16;
+  s.layers[5].mlp->ffn_size = 32;
+  const std::string dir = shared_dir("hf-hetero");
+  torch::manual_seed(11);
+  const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 9});
+  torch::Tensor want;
+  on_root([&] {
+    model::CausalLM m(s, model::TpGroup{dist::make_self_communicator()});
+    m->init_weights(17);
+    {
+      torch::NoGradGuard ng;
+      want = m->forward(ids);
+    }
+    checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/student", 5, checkpoint::model_tensors(m, true),
+                                {{"arch_spec", model::arch_to_json(s)}});
+    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32);
+    std::ifstream in(dir + "/hf/config.json");
+    const auto config = nlohmann::json::parse(in);
+    ASSERT_TRUE(config.contains("per_layer_config")) << config.dump(2);
+    EXPECT_EQ(config["per_layer_config"].value("5", nlohmann::json::object()).value("intermediate_size", 0), 32)
+        << config.dump(2);  // the globals take the most common value, layer 5 differs
+  });
+  checkpoint::ImportOptions opt;
+  opt.tp = world_size() >= 2 ? 2 : 1;
+  const auto back = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/back", opt);
+  EXPECT_EQ(model::arch_to_json(back.spec).dump(), [&] {
+    auto t = s;
+    t.dtype = "float32";
+    return model::arch_to_json(t).dump();
+  }());
+  const torch::Tensor got = checkpoint_logits(back.path, ids);
+  if (world_rank() == 0) EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+}
