@@ -411,6 +411,22 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
               << " student parameters, TP " << layout.tp_size() << " x DP " << dp << ", " << tokens_per_step
               << " tokens per step, steps " << step << " -> " << cfg.steps << std::endl;
   }
+  {
+    // ZeRO-1 memory per rank against replicated AdamW (fp32 master + 2 moments = 12 B/param).
+    int64_t numel = 0, param_bytes = 0;
+    for (const auto& op : opt.params()) {
+      numel += op.param.numel();
+      param_bytes += op.param.numel() * static_cast<int64_t>(op.param.element_size());
+    }
+    if (root && numel > 0) {
+      const double mib = 1024.0 * 1024.0, n = double(numel);
+      std::cout << std::fixed << std::setprecision(1) << "optimizer state: " << double(opt.state_bytes()) / mib
+                << " MiB on rank 0 (ZeRO-1 over DP " << dp << "; replicated AdamW: " << 12.0 * n / mib
+                << " MiB); bytes per parameter: " << std::setprecision(2)
+                << (2.0 * double(param_bytes) + double(opt.state_bytes())) / n << " (params + grads + state) vs "
+                << (2.0 * double(param_bytes)) / n + 12.0 << " replicated" << std::endl;
+    }
+  }
   SignalGuard signals;
   int consecutive_skipped = 0;
   const int64_t first_step = step;

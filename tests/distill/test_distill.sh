@@ -42,4 +42,7 @@ PYEOF
 expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" distill --student "$T/small_vocab.json" --teacher "$T/teacher/checkpoints" $TRAIN_COMMON --out "$T/bad"
 expect_out "vocab_size"
 expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" distill --student "$STUDENT_ARCH" --teacher "$T/teacher/checkpoints" $TRAIN_COMMON --tp 3 --out "$T/bad"
+printf 'student = %s\nlrr = 1e-3\n' "$STUDENT_ARCH" >"$T/typo.cfg"
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" distill --config "$T/typo.cfg" --teacher "$T/teacher/checkpoints" --out "$T/bad"
+expect_out "typo.cfg: lrr"
 echo "OK"

@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""KD step throughput: `autocompress distill` vs the same KD step in PyTorch eager, one run.
+
+  python3 bench/bench_distill.py --bin build/autocompress [--threads 2] [--steps 12]
+
+Models (Llama layout, vocabulary 8192, random weights): a ~19M-parameter teacher (hidden
+384, 8 layers) and a ~9M student (hidden 256, 6 layers). Both sides run the same step on the
+same batch (micro-batch x seq tokens, random token ids), same threads, one process:
+teacher forward (bf16, no grad), student forward + backward, forward KL over the full
+vocabulary (T = 1), AdamW with fp32 state, gradient clipping at 1.0.
+  - autocompress: `autocompress distill` (bf16 parameters with fp32 ZeRO-1 masters), data
+    from a Megatron dataset, checkpointing off; tokens/s = median of the logged steps after
+    the first two.
+  - PyTorch eager: transformers LlamaForCausalLM; the student in fp32 under
+    torch.autocast(bfloat16) (the standard mixed-precision recipe), the teacher in bf16;
+    log_softmax + kl_div(log_target=True) in fp32; torch.optim.AdamW (foreach).
+Prints tokens/s for both, the ratio, MFU against the hardware profile's peak (--hardware,
+e.g. configs/hardware/cpu-local.json from `autocompress cost calibrate`), and ZeRO-1 optimizer
+bytes per rank against replicated AdamW from a 2-rank run (--dp2).
+Needs pip torch + transformers (not used by CI).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+
+VOCAB = 8192
+
+
+def teacher_config():
+    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
+                                    num_attention_heads=6, num_key_value_heads=2, head_dim=64,
+                                    max_position_embeddings=4096, tie_word_embeddings=False)
+
+
+def student_config():
+    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidden_layers=6,
+                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                    max_position_embeddings=4096, tie_word_embeddings=False)
+
+
+def write_megatron(prefix, tokens, doc_len):
+    """A Megatron .bin/.idx (uint16) of documents of doc_len tokens."""
+    tokens = tokens.astype(np.uint16)
+    n_docs = len(tokens) // doc_len
+    tokens = tokens[: n_docs * doc_len]
+    tokens.tofile(prefix + ".bin")
+    lengths = np.full(n_docs, doc_len, dtype=np.int32)
+    pointers = np.arange(n_docs, dtype=np.int64) * doc_len * 2
+    docs = np.arange(n_docs + 1, dtype=np.int64)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00")
+        f.write(np.array([1], dtype=np.uint64).tobytes())
+        f.write(np.array([8], dtype=np.uint8).tobytes())
+        f.write(np.array([n_docs], dtype=np.uint64).tobytes())
+        f.write(np.array([n_docs + 1], dtype=np.uint64).tobytes())
+        f.write(lengths.tobytes())
+        f.write(pointers.tobytes())
+        f.write(docs.tobytes())
+
+
+def run(cmd, env):
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+def ours(args, work, env, ranks, tag):
+    out = os.path.join(work, tag)
+    cmd = ([] if ranks == 1 else ["mpiexec", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+                                  "-n", str(ranks)]) + [
+        args.bin, "distill", "--student", os.path.join(work, "student", "config.json"),
+        "--teacher", os.path.join(work, "teacher_ckpt", "checkpoints"), "--data", os.path.join(work, "tokens"),
+        "--seq-len", str(args.seq), "--micro-batch", str(args.batch // ranks), "--steps", str(args.steps),
+        "--warmup", "2", "--lr", "1e-3", "--log-interval", "1", "--eval-interval", "0", "--save-interval", "0",
+        "--split", "100,0,0", "--dtype", "bf16", "--out", out]
+    # The final checkpoint is written after the last logged step; it is not timed.
+    if args.hardware:
+        cmd += ["--hardware", args.hardware]
+    log = run(cmd, env)
+    recs = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl")) if '"tokens_per_s"' in l]
+    tps = statistics.median(r["tokens_per_s"] for r in recs[2:])
+    mfu = statistics.median(r["mfu"] for r in recs[2:]) if "mfu" in recs[-1] else None
+    opt_line = [l for l in log.splitlines() if "optimizer state" in l]
+    return tps, mfu, (opt_line[0] if opt_line else ""), log
+
+
+def eager(args, tokens):
+    torch.manual_seed(0)
+    teacher = transformers.LlamaForCausalLM(teacher_config()).to(torch.bfloat16).eval()
+    student = transformers.LlamaForCausalLM(student_config())
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(student.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    seq, b = args.seq, args.batch
+    samples = torch.from_numpy(tokens[: (len(tokens) // (seq + 1)) * (seq + 1)].astype(np.int64)).view(-1, seq + 1)
+
+    def step(i):
+        batch = samples[(i * b) % (len(samples) - b):][:b]
+        ids = batch[:, :-1]
+        with torch.no_grad():
+            t_logits = teacher(input_ids=ids).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            s_logits = student(input_ids=ids).logits
+        s = F.log_softmax(s_logits.float().view(-1, VOCAB), dim=-1)
+        t = F.log_softmax(t_logits.float().view(-1, VOCAB), dim=-1)
+        loss = F.kl_div(s, t, log_target=True, reduction="batchmean")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(student.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()
+
+    for i in range(2):
+        step(i)
+    times = []
+    for i in range(2, args.steps):
+        t0 = time.perf_counter()
+        step(i)
+        times.append(time.perf_counter() - t0)
+    return seq * b / statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default="build/autocompress")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4, help="samples per step (all ranks)")
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--hardware", default="")
+    ap.add_argument("--dp2", action="store_true", help="also run 2 ranks x threads/2 and report ZeRO-1 memory")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    with tempfile.TemporaryDirectory() as work:
+        for name, cfg in (("teacher", teacher_config()), ("student", student_config())):
+            cfg.save_pretrained(os.path.join(work, name))
+        rng = np.random.default_rng(0)
+        tokens = rng.integers(0, VOCAB, size=400_000)
+        write_megatron(os.path.join(work, "tokens"), tokens, 2048)
+        # A teacher checkpoint in our format (random weights; one pretraining step).
+        run([args.bin, "pretrain", "--arch", os.path.join(work, "teacher", "config.json"), "--data",
+             os.path.join(work, "tokens"), "--seq-len", "32", "--micro-batch", "1", "--steps", "1",
+             "--eval-interval", "0", "--split", "100,0,0", "--out", os.path.join(work, "teacher_ckpt")], env)
+        # Alternate so both see the same machine load.
+        t_ours, mfu, opt_line, _ = ours(args, work, env, 1, "ours")
+        t_eager = eager(args, tokens)
+        t_ours2, mfu2, _, _ = ours(args, work, env, 1, "ours2")
+        t_eager2 = eager(args, tokens)
+        a, e = max(t_ours, t_ours2), max(t_eager, t_eager2)
+        print(f"threads {args.threads}, batch {args.batch} x seq {args.seq} tokens, teacher ~19M, student ~9M (vocab {VOCAB})")
+        print(f"  autocompress distill : {t_ours:8.0f} / {t_ours2:8.0f} tokens/s" +
+              (f"  (MFU {100 * max(mfu, mfu2):.1f}% of the profile's peak)" if mfu else ""))
+        print(f"  PyTorch eager KD step: {t_eager:8.0f} / {t_eager2:8.0f} tokens/s")
+        print(f"  ratio (best of 2 each): {a / e:.2f}x")
+        if mfu:
+            print(f"  eager MFU (same FLOPs per token): {100 * max(mfu, mfu2) * e / a:.1f}%")
+        if opt_line:
+            print("  " + opt_line.strip())
+        if args.dp2:
+            env2 = dict(os.environ, OMP_NUM_THREADS=str(max(1, args.threads // 2)))
+            t2, _, opt2, _ = ours(args, work, env2, 2, "ours_dp2")
+            print(f"  2 ranks (DP 2) x {max(1, args.threads // 2)} thread(s): {t2:8.0f} tokens/s")
+            if opt2:
+                print("  " + opt2.strip())
+
+
+if __name__ == "__main__":
+    main()
