@@ -427,6 +427,17 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                 << (2.0 * double(param_bytes)) / n + 12.0 << " replicated" << std::endl;
     }
   }
+  // MFU's denominator: one profile peak per device. On GPUs a rank is a device; on CPUs the
+  // ranks of a node share it (the cpu-local profile is the whole machine).
+  double devices = layout.world_size();
+  if (!torch::cuda::is_available()) {
+    MPI_Comm node;
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int local = 1;
+    MPI_Comm_size(node, &local);
+    MPI_Comm_free(&node);
+    devices = double(layout.world_size()) / double(std::max(1, local));
+  }
   SignalGuard signals;
   int consecutive_skipped = 0;
   const int64_t first_step = step;
@@ -502,7 +513,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
       const double tok_s = double(tokens_per_step * interval_steps) / std::max(dt, 1e-9);
       const double elapsed = std::chrono::duration<double>(clock::now() - t_start).count();
       const double eta = dt / double(interval_steps) * double(cfg.steps - step);
-      const double mfu = peak_flops > 0 ? tok_s * flops_per_token / (peak_flops * layout.world_size()) : 0.0;
+      const double mfu = peak_flops > 0 ? tok_s * flops_per_token / (peak_flops * devices) : 0.0;
       const double n = double(interval_steps);
       if (root) {
         nlohmann::json line = {{"step", step},        {"loss", interval.total / n}, {"lr", lr},
