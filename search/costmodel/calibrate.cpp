@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,12 +16,31 @@ namespace ac::search {
 
 using nlohmann::json;
 
-double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes) {
+double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows) {
+  if (kind == "dispatch") return hw.kernel_overhead_s;
   if (kind == "memory") return (bytes + hw.memory.half) / (hw.memory_bandwidth * hw.memory.max) + hw.kernel_overhead_s;
+  if (kind == "elementwise")
+    return (bytes + hw.elementwise.half) / (hw.memory_bandwidth * hw.elementwise.max) + hw.kernel_overhead_s;
   const EfficiencyCurve& c = kind == "attention" ? hw.attention : kind == "scan" ? hw.scan : hw.gemm;
+  if (kind == "gemm" && rows > 0) flops *= 1.0 + hw.gemm_rows_half / rows;
   const double tc = (flops + c.half) / (hw.peak_flops * c.max);
   const double tm = (bytes + hw.memory.half) / (hw.memory_bandwidth * hw.memory.max);
   return std::max(tc, tm) + hw.kernel_overhead_s;
+}
+
+Stopwatch Stopwatch::for_device(const std::string& device) {
+  Stopwatch w;
+  w.cpu_time = device == "cpu" && torch::get_num_threads() == 1;
+  return w;
+}
+
+double Stopwatch::now() const {
+  if (cpu_time) {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 namespace {
@@ -31,16 +52,16 @@ void sync(const torch::Device& d) {
 // Fastest time of f() over repetitions lasting at least min_seconds in total (after a
 // warm-up): on a shared machine the minimum is the run that was not preempted.
 template <typename F>
-double time_it(F f, const torch::Device& dev, double min_seconds) {
+double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatch& clock) {
   f();
   sync(dev);
   std::vector<double> t;
   double total = 0;
   while (total < min_seconds || t.size() < 3) {
-    const auto a = std::chrono::steady_clock::now();
+    const double a = clock.now();
     f();
     sync(dev);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    const double s = clock.now() - a;
     t.push_back(s);
     total += s;
     if (t.size() >= 200) break;
@@ -73,6 +94,9 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   if (o.dtype != "bfloat16" && o.dtype != "float32" && o.dtype != "float16")
     throw InputError("--dtype", o.dtype, "expected bfloat16, float16 or float32");
   if (!(o.memory_bytes > 0)) throw InputError("--memory-bytes", std::to_string(o.memory_bytes), "must be positive");
+  if (o.threads < 0) throw InputError("--threads", std::to_string(o.threads), "must not be negative");
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  const Stopwatch clock = Stopwatch::for_device(o.device);
   torch::NoGradGuard no_grad;
   const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
   const auto dt = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
@@ -81,19 +105,35 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   const auto opt32 = torch::TensorOptions().dtype(torch::kFloat32).device(dev);
   torch::manual_seed(0);
   CalibrationResult r;
+  r.clock = clock.name();
   auto add = [&](const std::string& kind, const std::string& shape, double flops, double bytes, double s) {
     r.points.push_back({kind, shape, flops, bytes, s, 0});
   };
   // GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound).
   const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048};
-  for (int64_t n : widths)
+  // As a model runs them: weights in the nn.Linear layout [out, in] (y = x W^T), and each call
+  // on a different weight from a pool larger than the CPU's caches, so weights stream from
+  // memory as in a forward pass instead of staying hot in cache across repetitions.
+  const double pool_bytes = (o.quick ? 16.0 : 64.0) * 1048576;
+  for (int64_t n : widths) {
+    std::vector<torch::Tensor> pool;
+    const int64_t copies = std::max<int64_t>(1, int64_t(std::ceil(pool_bytes / (eb * double(n * n)))));
+    for (int64_t i = 0; i < copies; ++i) pool.push_back(torch::randn({n, n}, opt));
+    size_t next = 0;
     for (int64_t m : rows) {
-      auto a = torch::randn({m, n}, opt), b = torch::randn({n, n}, opt);
-      const double s = time_it([&] { (void)torch::matmul(a, b); }, dev, o.min_seconds);
+      auto a = torch::randn({m, n}, opt);
+      const double s = time_it(
+          [&] {
+            (void)torch::nn::functional::linear(a, pool[next]);
+            next = (next + 1) % pool.size();
+          },
+          dev, o.min_seconds, clock);
       add("gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n), 2.0 * m * n * n,
           eb * double(m * n + n * n + m * n), s);
+      r.points.back().rows = double(m);
     }
+  }
   // Causal attention as plain ops (what this project's model code runs on CPU): the useful
   // work is counted causally, so the fitted efficiency absorbs the masked half.
   for (int64_t S : o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{128, 512, 1024, 2048}) {
@@ -106,7 +146,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
           sc = sc.masked_fill(mask, -INFINITY);
           (void)torch::matmul(torch::softmax(sc, -1), v);
         },
-        dev, o.min_seconds);
+        dev, o.min_seconds, clock);
     add("attention", "H8 D64 S" + std::to_string(S), 4.0 * H * D * S * (S + 1) / 2.0, eb * 4.0 * S * H * D, s);
   }
   // Mamba-2 chunked scan (SSD) over one chunk length, float32, G = 1 group.
@@ -125,7 +165,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
           auto states = st.cumsum(0);  // inter-chunk recurrence (decay folded)
           (void)(y + torch::einsum("cqn,chpn->cqhp", {Cm, states}));
         },
-        dev, o.min_seconds);
+        dev, o.min_seconds, clock);
     const double per_tok = Q * (N + H * P) + 4.0 * H * P * N;
     add("scan", "H8 P64 N64 Q128 L" + std::to_string(Lq), per_tok * Lq, 4.0 * Lq * (2 * N + 2 * H * P), s);
   }
@@ -133,11 +173,47 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   for (int64_t mb : o.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64, 256}) {
     auto src = torch::empty({int64_t(mb * 1048576 / eb)}, opt).uniform_();
     auto dst = torch::empty_like(src);
-    const double s = time_it([&] { dst.copy_(src); }, dev, o.min_seconds);
+    const double s = time_it([&] { dst.copy_(src); }, dev, o.min_seconds, clock);
     add("memory", std::to_string(mb) + " MiB copy", 0, 2.0 * mb * 1048576, s);
   }
 
+  // Elementwise arithmetic in the model dtype (what norms, gates and activations run): an
+  // out-of-place product of two tensors, 3 x elements x bytes of traffic.
+  for (int64_t n : o.quick ? std::vector<int64_t>{65536, 1048576} : std::vector<int64_t>{65536, 262144, 1048576, 4194304}) {
+    auto x = torch::randn({n}, opt), z = torch::randn({n}, opt);
+    const double s = time_it([&] { (void)(x * z); }, dev, o.min_seconds, clock);
+    add("elementwise", std::to_string(n) + " x*y", 0, 3.0 * eb * double(n), s);
+  }
+  // Dispatch: the fixed cost of one framework operator on small tensors (the per-operator
+  // overhead of eager execution: dispatch, stride handling, allocation), measured on a mix
+  // shaped like one token through an eager norm + attention step (4-D views, casts, a cache
+  // append, batched products, softmax, a copying reshape): its time / the 16 operators that
+  // compute or copy (views are not counted, as in an engine's extra_ops).
+  {
+    auto x = torch::randn({1, 1, 256}, opt), w = torch::randn({256}, opt), kc = torch::randn({1, 4, 16, 64}, opt);
+    constexpr int kOps = 16;
+    const double s = time_it(
+        [&] {
+          auto h = x.to(torch::kFloat32);
+          h = h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-5);
+          auto y = w * h.to(x.scalar_type());
+          auto q = y.view({1, 1, 4, 64}).transpose(1, 2);
+          auto c = torch::cat({kc, q}, 2);
+          auto sc = torch::matmul(q, c.transpose(2, 3)) * 0.125;
+          auto pr = torch::softmax(sc, -1, torch::kFloat32).to(x.scalar_type());
+          auto o = torch::matmul(pr, c).transpose(1, 2).reshape({1, 1, 256});
+          (void)(x + o);
+        },
+        dev, o.min_seconds, clock);
+    add("dispatch", std::to_string(kOps) + " small ops (norm + 1-token attention step, eager)", 0, 0, s / kOps);
+  }
+
   // ---- fits
+  // Per-operator overhead: the fastest tiny op mix; every curve's intercept keeps what is left
+  // of its fitted fixed cost after it (half = (c - overhead) / a, never negative).
+  double overhead = 0;
+  for (const auto& p : r.points)
+    if (p.kind == "dispatch") overhead = p.seconds;
   auto fit = [&](const std::string& kind, bool by_bytes) {
     std::vector<double> w, t;
     for (const auto& p : r.points)
@@ -152,31 +228,48 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   h.source = "autocompress cost calibrate";
   h.memory_bytes = o.memory_bytes;
   h.usable_fraction = o.usable_fraction;
-  h.kernel_overhead_s = 0;  // folded into each curve's `half`
+  h.kernel_overhead_s = overhead;
   const auto [am, cm] = fit("memory", true);
   h.memory_bandwidth = 1.0 / am;
-  h.memory = {1.0, cm / am};
-  // GEMM: fit only compute-bound points (the memory curve explains the rest).
+  h.memory = {1.0, std::max(0.0, cm - overhead) / am};
+  // GEMM: peak and fixed cost from compute-bound points with many rows (the memory curve
+  // explains memory-bound ones); then the rows penalty from GEMMs with few rows.
+  constexpr double kManyRows = 128;
   {
     std::vector<double> w, t;
     for (const auto& p : r.points)
-      if (p.kind == "gemm" && p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
+      if (p.kind == "gemm" && p.rows >= kManyRows && p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
         w.push_back(p.flops), t.push_back(p.seconds);
     if (w.size() < 2)
       for (const auto& p : r.points)
         if (p.kind == "gemm") w.push_back(p.flops), t.push_back(p.seconds);
     const auto [a, c] = fit_linear(w, t);
     h.peak_flops = 1.0 / a;
-    h.gemm = {1.0, c / a};
+    h.gemm = {1.0, std::max(0.0, c - overhead) / a};
+    // t = (flops (1 + r / rows) + half) / peak + overhead for a compute-bound GEMM with few
+    // rows: r from each such point, the median kept (0 when few-row GEMMs are not slower).
+    std::vector<double> rs;
+    for (const auto& p : r.points)
+      if (p.kind == "gemm" && p.rows > 0 && p.rows < kManyRows &&
+          p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
+        rs.push_back(std::max(0.0, p.rows * (((p.seconds - overhead) * h.peak_flops - h.gemm.half) / p.flops - 1.0)));
+    if (!rs.empty()) {
+      std::sort(rs.begin(), rs.end());
+      h.gemm_rows_half = rs[rs.size() / 2];
+    }
+  }
+  {
+    const auto [a, c] = fit("elementwise", true);
+    h.elementwise = {std::min(1.0, 1.0 / (a * h.memory_bandwidth)), std::max(0.0, c - overhead) / a};
   }
   for (const char* kind : {"attention", "scan"}) {
     const auto [a, c] = fit(kind, false);
-    EfficiencyCurve e{std::min(1.0, 1.0 / (a * h.peak_flops)), c / a};
+    EfficiencyCurve e{std::min(1.0, 1.0 / (a * h.peak_flops)), std::max(0.0, c - overhead) / a};
     (std::string(kind) == "attention" ? h.attention : h.scan) = e;
   }
   double err = 0;
   for (auto& p : r.points) {
-    p.predicted_s = roofline_seconds(h, p.kind, p.flops, p.bytes);
+    p.predicted_s = roofline_seconds(h, p.kind, p.flops, p.bytes, p.rows);
     err += std::fabs(p.predicted_s - p.seconds) / p.seconds;
   }
   r.mape = err / double(r.points.size());
@@ -189,7 +282,7 @@ json CalibrationResult::to_json() const {
   for (const auto& p : points)
     m.push_back({{"kind", p.kind}, {"shape", p.shape}, {"flops", p.flops}, {"bytes", p.bytes}, {"seconds", p.seconds},
                  {"predicted_s", p.predicted_s}});
-  j["measurements"] = {{"mape", mape}, {"points", m}};
+  j["measurements"] = {{"mape", mape}, {"clock", clock}, {"points", m}};
   return j;
 }
 

@@ -20,6 +20,19 @@ struct CalibrationOptions {
   double usable_fraction = 0.9;
   bool quick = false;         // fewer sizes (tests)
   double min_seconds = 0.05;  // time each point for at least this long
+  int threads = 0;            // LibTorch intra-op threads (0: leave LibTorch's setting)
+};
+
+// The clock calibration and validation time with. On a CPU with one intra-op thread it is the
+// process's CPU time (CLOCK_PROCESS_CPUTIME_ID): on a machine shared with other jobs the wall
+// clock also counts the time spent waiting for a core, which says nothing about the
+// hardware; with one thread, CPU time is what the wall time would be on an idle machine.
+// Otherwise (GPU, several threads) it is the wall clock.
+struct Stopwatch {
+  bool cpu_time = false;
+  static Stopwatch for_device(const std::string& device);  // reads torch::get_num_threads()
+  double now() const;
+  const char* name() const { return cpu_time ? "process CPU time (1 thread)" : "wall clock"; }
 };
 
 struct CalibrationPoint {
@@ -27,18 +40,21 @@ struct CalibrationPoint {
   std::string shape;  // human-readable sizes
   double flops = 0, bytes = 0, seconds = 0;
   double predicted_s = 0;  // by the fitted profile
+  double rows = 0;         // GEMM rows (0: not a GEMM)
 };
 
 struct CalibrationResult {
   HardwareProfile profile;
   std::vector<CalibrationPoint> points;
   double mape = 0;  // mean absolute percentage error of the fitted profile on its own points
+  std::string clock;  // Stopwatch::name()
   nlohmann::json to_json() const;  // the profile plus the measurements
 };
 
 CalibrationResult calibrate(const CalibrationOptions& options);
 
 // Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
-double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes);
+// `rows`: a GEMM's rows (0: many, no matrix-vector penalty).
+double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);
 
 }  // namespace ac::search

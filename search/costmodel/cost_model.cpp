@@ -20,6 +20,8 @@ Globals globals_from_spec(const model::ArchSpec& spec) {
   g.hidden = double(spec.hidden_size);
   g.vocab = double(spec.vocab_size);
   g.tie = spec.tie_embeddings;
+  // Rotary embeddings (model/layers/attention.cpp): everything but Nemotron-H attention.
+  g.rope = spec.family != model::ModelFamily::NemotronH && spec.rope_theta > 0;
   g.wbytes = g.abytes = g.kvbytes = spec.dtype == "float32" ? 4.0 : 2.0;
   for (const auto& l : spec.layers) {
     g.has_attention = g.has_attention || bool(l.attention);

@@ -88,6 +88,7 @@ struct Globals {
   bool tie = false;
   double wbytes = 2, abytes = 2, kvbytes = 2;
   bool has_attention = false, has_mamba = false;  // any layer (decides the hybrid page rule)
+  bool rope = false;                              // attention applies rotary embeddings
 };
 
 template <typename T>
@@ -136,16 +137,25 @@ class Evaluator {
     X tm = (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max);
     return O::maximum(tc, tm) + hw_.kernel_overhead_s;
   }
-  T gemm(const T& tokens_in_out_flops, const T& weight_elems, const T& act_elems) const {
-    return op_time<T>(tokens_in_out_flops, weight_elems * g_.wbytes + act_elems * g_.abytes, hw_.gemm,
-                      one());
+  // A GEMM of `rows` rows (tokens): below gemm_rows_half rows the compute rate falls as
+  // rows / (rows + gemm_rows_half) (matrix-vector products reuse each loaded weight for
+  // fewer rows; 0 on the GPU profiles).
+  T gemm(const T& tokens_in_out_flops, const T& weight_elems, const T& act_elems, const T& rows) const {
+    return op_time<T>(tokens_in_out_flops * (1.0 + hw_.gemm_rows_half / rows),
+                      weight_elems * g_.wbytes + act_elems * g_.abytes, hw_.gemm, one());
   }
+  // Fixed cost of one more GEMM call (an engine that runs q/k/v, gate/up, experts' matrices
+  // as separate GEMMs pays it per extra call).
+  double gemm_call_s() const { return hw_.gemm.half / (hw_.peak_flops * hw_.gemm.max) + hw_.kernel_overhead_s; }
   // Elementwise operators (norms, gating): memory time only.
   template <typename X>
   X mem_time(const X& bytes) const {
-    return (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max) + hw_.kernel_overhead_s;
+    return (bytes + hw_.elementwise.half) / (hw_.memory_bandwidth * hw_.elementwise.max) + hw_.kernel_overhead_s;
   }
-  T mem_op(const T& act_elems) const { return mem_time<T>(act_elems * g_.abytes); }
+  // Elementwise work around a sublayer (norm, residual add, gating): `act_elems` elements
+  // read and written once by a fused kernel; an unfused engine moves elementwise_traffic
+  // times as many bytes (fp32 intermediates, one pass per framework op).
+  T mem_op(const T& act_elems) const { return mem_time<T>(act_elems * g_.abytes * e_.elementwise_traffic); }
   T one() const { return O::full(d_.attn_keep, 1.0); }
 
   T layer_params(bool active) const {
@@ -173,8 +183,8 @@ class Evaluator {
     T qkv = (d.heads + 2.0 * d.kv_heads) * d.head_dim, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
     T core_flops = 4.0 * qd * (b * s * (past + (s + 1.0) / 2.0));
     T core_bytes = (N * (qkv + qd)) * g_.abytes + kvd * (2.0 * b * past * g_.kvbytes);
-    T attn = gemm(2.0 * N * h * qkv, h * qkv, N * (h + qkv)) +
-             op_time<T>(core_flops, core_bytes, hw_.attention, one()) + gemm(2.0 * N * qd * h, qd * h, N * (qd + h)) +
+    T attn = gemm(2.0 * N * h * qkv, h * qkv, N * (h + qkv), N) +
+             op_time<T>(core_flops, core_bytes, hw_.attention, one()) + gemm(2.0 * N * qd * h, qd * h, N * (qd + h), N) +
              mem_op(2.0 * N * h);
     // Mamba-2: in_proj, conv + scan, gated norm, out_proj
     MambaWidths<T> m = mamba_widths(d);
@@ -189,11 +199,11 @@ class Evaluator {
       scan_flops = N * (conv_flops + d.m_chunk * (d.m_groups * d.m_state + d.m_heads * d.m_head_dim) + 4.0 * hpn);
       scan_bytes = N * (2.0 * m.conv_dim + 2.0 * m.d_inner + d.m_heads) * g_.abytes + b * hpn * d.m_state_bytes;
     }
-    T mamba = gemm(2.0 * N * h * m.in_proj, h * m.in_proj, N * (h + m.in_proj)) +
+    T mamba = gemm(2.0 * N * h * m.in_proj, h * m.in_proj, N * (h + m.in_proj), N) +
               op_time<T>(scan_flops, scan_bytes, hw_.scan, one()) + mem_op(3.0 * N * m.d_inner) +
-              gemm(2.0 * N * m.d_inner * h, m.d_inner * h, N * (m.d_inner + h)) + mem_op(2.0 * N * h);
+              gemm(2.0 * N * m.d_inner * h, m.d_inner * h, N * (m.d_inner + h), N) + mem_op(2.0 * N * h);
     // dense MLP
-    T mlp = gemm(2.0 * N * h * d.ffn * d.mlp_mats, h * d.ffn * d.mlp_mats, N * (2.0 * h + d.ffn * d.mlp_mats)) +
+    T mlp = gemm(2.0 * N * h * d.ffn * d.mlp_mats, h * d.ffn * d.mlp_mats, N * (2.0 * h + d.ffn * d.mlp_mats), N) +
             mem_op(2.0 * N * h);
     // MoE: router, latent projections, shared expert, routed experts as a grouped GEMM over
     // the experts this many tokens touch: E (1 - (1 - k/E)^n) under uniform routing.
@@ -201,13 +211,56 @@ class Evaluator {
     T expert_w = d.moe_mats * d.moe_width * d.expert_ffn;
     T routed_flops = 2.0 * N * d.top_k * expert_w;
     T routed_bytes = touched * expert_w * g_.wbytes + N * d.top_k * (2.0 * d.moe_width + d.expert_ffn * d.moe_mats) * g_.abytes;
-    T moe = gemm(2.0 * N * h * d.experts, h * d.experts, N * (h + d.experts)) +
-            (d.latent / O::maximum(d.latent, 1.0)) * gemm(4.0 * N * h * d.latent, 2.0 * h * d.latent, 2.0 * N * (h + d.latent)) +
+    T moe = gemm(2.0 * N * h * d.experts, h * d.experts, N * (h + d.experts), N) +
+            (d.latent / O::maximum(d.latent, 1.0)) * gemm(4.0 * N * h * d.latent, 2.0 * h * d.latent, 2.0 * N * (h + d.latent), N) +
             (d.shared_ffn / O::maximum(d.shared_ffn, 1.0)) *
                 gemm(2.0 * N * h * d.shared_ffn * d.moe_mats, h * d.shared_ffn * d.moe_mats,
-                     N * (2.0 * h + d.shared_ffn * d.moe_mats)) +
-            op_time<T>(routed_flops, routed_bytes, hw_.gemm, O::maximum(touched, 1.0)) + mem_op(2.0 * N * h);
-    return d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
+                     N * (2.0 * h + d.shared_ffn * d.moe_mats), N) +
+            op_time<T>(routed_flops * (1.0 + hw_.gemm_rows_half * O::maximum(touched, 1.0) / O::maximum(N * d.top_k, 1.0)),
+                       routed_bytes, hw_.gemm, O::maximum(touched, 1.0)) +
+            mem_op(2.0 * N * h);
+    T total = d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
+    // Framework operators an eager engine dispatches besides the modelled ones (engine
+    // extra_ops, each at the hardware's per-operator overhead).
+    const auto& x = e_.extra_ops;
+    T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0), latent = d.latent / O::maximum(d.latent, 1.0);
+    T ops = d.attn_keep * ((decode ? x.attention_decode : x.attention_prefill) + (g_.rope ? x.rope : 0.0) + x.norm) +
+            d.mamba_keep * ((decode ? x.mamba_decode : x.mamba_prefill) + x.norm) +
+            d.mlp_keep * (x.mlp + x.norm) + d.moe_keep * (x.moe + x.norm + shared * x.moe_shared + touched * x.moe_expert);
+    // Separate GEMM calls of an engine that does not fuse projections: q/k/v (3 for 1),
+    // gate/up/down (mats for 1), shared expert, latent pair, every touched expert's matrices.
+    T calls = e_.split_projections ? d.attn_keep * 2.0 + d.mlp_keep * (d.mlp_mats - 1.0) +
+                                         d.moe_keep * (shared * (d.moe_mats - 1.0) + latent + touched * (d.moe_mats - 1.0))
+                                   : one() * 0.0;
+    return total + ops * hw_.kernel_overhead_s + calls * gemm_call_s();
+  }
+
+  // Peak bytes of the tensors an eager implementation (model/layers/*) holds at once in each
+  // layer while prefilling `t` tokens of one sequence from an empty cache: the sublayer's
+  // normed input plus its live intermediates (attention: q, GQA-expanded K/V, the
+  // materialised scores in the activation dtype, their fp32 softmax and its cast; Mamba:
+  // in_proj output, conv input/output, x/B/C copies, the SSD's fp32 per-chunk [l x l] decay
+  // and score matrices and its fp32 per-head tensors; MLP: up, gate, activation, product;
+  // MoE: fp32 accumulator, router scores, shared expert, one expert's tokens). The KV cache
+  // and Mamba state are counted in bytes_per_seq, not here.
+  T eager_layer_activation(double t) const {
+    const double h = g_.hidden, a = g_.abytes;
+    const auto& d = d_;
+    T qd = d.heads * d.head_dim;
+    T gqa = 1.0 - O::maximum(1.0 - (d.heads - d.kv_heads), 0.0);  // 1 when K/V are expanded to the query heads
+    T attn = t * qd * a * (1.0 + 2.0 * gqa) + d.heads * (t * t) * (2.0 * a + 4.0);
+    MambaWidths<T> m = mamba_widths(d);
+    T tp = O::ceil_st(t / d.m_chunk) * d.m_chunk;  // padded to whole chunks
+    T hp = d.m_heads * d.m_head_dim;
+    T mamba = t * (m.in_proj + 2.0 * m.conv_dim + m.conv_dim) * a +
+              tp * 4.0 * (4.0 * d.m_chunk * d.m_heads + 6.0 * hp + 2.0 * d.m_heads * d.m_state);
+    T mlp = t * (d.mlp_mats + 1.0) * d.ffn * a;
+    T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0);
+    T moe = t * (d.moe_width * (4.0 + a) + 12.0 * d.experts) + t * (d.moe_mats + 1.0) * d.shared_ffn * a +
+            shared * t * 2.0 * h * a +
+            t * d.top_k / d.experts * ((d.moe_mats + 1.0) * d.expert_ffn * a + d.moe_width * (2.0 * a + 4.0));
+    T live = O::maximum(O::maximum(d.attn_keep * attn, d.mamba_keep * mamba), O::maximum(d.mlp_keep * mlp, d.moe_keep * moe));
+    return live + t * h * a;
   }
 
   // Embedding gather and final norm over n tokens, and the LM head for `rows` logits.
@@ -218,9 +271,9 @@ class Evaluator {
                         (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max)) +
              hw_.kernel_overhead_s;
     };
-    S r = mem_time<S>(2.0 * n * h * g_.abytes) + mem_time<S>(2.0 * n * h * g_.abytes);
-    if (with_head) r = r + t(2.0 * rows * h * V, rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
-    return r;
+    S r = mem_time<S>(2.0 * n * h * g_.abytes) + mem_time<S>(2.0 * n * h * g_.abytes * e_.elementwise_traffic);
+    if (with_head) r = r + t(2.0 * rows * h * V * (1.0 + hw_.gemm_rows_half / rows), rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
+    return r + e_.extra_ops.model * hw_.kernel_overhead_s;
   }
 
   CostResult<T> run() const {
@@ -249,7 +302,10 @@ class Evaluator {
                           O::maximum(d.mlp_keep * d.ffn * d.mlp_mats,
                                      d.moe_keep * (d.top_k * (d.expert_ffn * d.moe_mats + d.moe_width) +
                                                    d.shared_ffn * d.moe_mats + d.experts * 2.0)));
-    r.activation_bytes = (O::max_all(widest) + 2.0 * h) * tm * g_.abytes + double(e_.max_num_seqs) * V * 4.0;
+    if (e_.activations == "eager")  // residual stream + the largest layer's live tensors + one row of logits
+      r.activation_bytes = O::max_all(eager_layer_activation(tm)) + tm * h * g_.abytes + V * g_.abytes;
+    else
+      r.activation_bytes = (O::max_all(widest) + 2.0 * h) * tm * g_.abytes + double(e_.max_num_seqs) * V * 4.0;
     r.reserved_bytes = O::scalar(e_.cuda_graph_bytes + e_.non_torch_bytes, d.attn_keep);
     const double usable = hw_.memory_bytes * hw_.usable_fraction;
     if (e_.memory_policy == "fraction_of_free") {

@@ -132,12 +132,14 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   h.usable_fraction = f.number_or("usable_fraction", 1.0, true);
   if (h.usable_fraction > 1) f.fail("usable_fraction", "must be in (0, 1]");
   h.kernel_overhead_s = f.number_or("kernel_overhead_s", 0.0);
+  h.gemm_rows_half = f.number_or("gemm_rows_half", 0.0);
   const json& eff = f.get("efficiency");
   if (!eff.is_object()) f.fail("efficiency", "expected an object with gemm, attention, scan, memory");
   h.gemm = curve(f, eff, "gemm");
   h.attention = curve(f, eff, "attention");
   h.scan = curve(f, eff, "scan");
   h.memory = curve(f, eff, "memory");
+  h.elementwise = eff.contains("elementwise") ? curve(f, eff, "elementwise") : h.memory;
   f.has("comment");
   f.has("measurements");
   f.no_unknown();
@@ -156,7 +158,8 @@ json hardware_to_json(const HardwareProfile& h) {
           {"memory_bytes", h.memory_bytes},
           {"usable_fraction", h.usable_fraction},
           {"kernel_overhead_s", h.kernel_overhead_s},
-          {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}}}};
+          {"gemm_rows_half", h.gemm_rows_half},
+          {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}, {"elementwise", c(h.elementwise)}}}};
 }
 
 EngineProfile engine_from_json(const json& j, const std::string& path) {
@@ -177,6 +180,30 @@ EngineProfile engine_from_json(const json& j, const std::string& path) {
   e.cuda_graph_bytes = f.number_or("cuda_graph_bytes", 0.0);
   e.non_torch_bytes = f.number_or("non_torch_bytes", 0.0);
   e.step_overhead_s = f.number_or("step_overhead_s", 0.0);
+  if (f.has("extra_ops")) {
+    const json& x = j.at("extra_ops");
+    if (!x.is_object()) f.fail("extra_ops", "expected an object of operator counts");
+    auto& o = e.extra_ops;
+    const std::pair<const char*, double*> keys[] = {
+        {"norm", &o.norm}, {"attention_prefill", &o.attention_prefill}, {"attention_decode", &o.attention_decode},
+        {"rope", &o.rope},
+        {"mamba_prefill", &o.mamba_prefill}, {"mamba_decode", &o.mamba_decode}, {"mlp", &o.mlp}, {"moe", &o.moe}, {"moe_shared", &o.moe_shared},
+        {"moe_expert", &o.moe_expert}, {"model", &o.model}};
+    for (const auto& [k, v] : x.items()) {
+      double* dst = nullptr;
+      for (const auto& [name, ptr] : keys)
+        if (k == name) dst = ptr;
+      if (!dst) f.fail("extra_ops." + k, "unknown field (known: norm attention_prefill attention_decode rope mamba_prefill "
+                                         "mamba_decode mlp moe moe_shared moe_expert model)");
+      if (!v.is_number() || v.get<double>() < 0) f.fail("extra_ops." + k, "must be a number >= 0");
+      *dst = v.get<double>();
+    }
+  }
+  e.activations = f.string_or("activations", "profile");
+  e.split_projections = f.boolean_or("split_projections", false);
+  e.elementwise_traffic = f.number_or("elementwise_traffic", 1.0, true);
+  if (e.activations != "profile" && e.activations != "eager")
+    f.fail("activations", "\"" + e.activations + "\" is not profile or eager");
   f.has("comment");
   f.no_unknown();
   return e;

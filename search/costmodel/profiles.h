@@ -24,7 +24,11 @@ struct HardwareProfile {
   double memory_bytes = 0;      // device memory
   double usable_fraction = 1;   // what the serving process can have (desktop cards lose some to the display)
   double kernel_overhead_s = 0; // fixed cost per operator (launch, sync)
+  double gemm_rows_half = 0;    // GEMM compute rate x rows / (rows + this): slow matrix-vector paths
   EfficiencyCurve gemm, attention, scan, memory;
+  // Elementwise arithmetic (norms, gates, residual adds) as a fraction of memory_bandwidth;
+  // profiles without it use the memory curve.
+  EfficiencyCurve elementwise;
 };
 
 // How a serving engine sizes memory and batches work.
@@ -42,6 +46,32 @@ struct EngineProfile {
   double cuda_graph_bytes = 0;         // reserve for captured graphs
   double non_torch_bytes = 0;          // NCCL/cuBLAS workspaces, allocator slack
   double step_overhead_s = 0;          // scheduler / sampler per engine step
+  // Framework operators an eager engine dispatches besides the ones the roofline models
+  // (casts, views that copy, RoPE, masks, routing bookkeeping), each costing the hardware's
+  // kernel_overhead_s. Counted from the implementation (configs/engines/local-eager.json);
+  // 0 for engines with fused kernels / CUDA graphs (their launch cost is step_overhead_s).
+  struct ExtraOps {
+    double norm = 0;                                  // per sublayer: RMSNorm + residual add
+    double attention_prefill = 0, attention_decode = 0;
+    double rope = 0;                                  // per attention layer with rotary embeddings
+    double mamba_prefill = 0, mamba_decode = 0;
+    double mlp = 0;                                   // activation ops
+    double moe = 0;                                   // router + dispatch
+    double moe_shared = 0;                            // with a shared expert
+    double moe_expert = 0;                            // per expert touched
+    double model = 0;                                 // embedding, final norm, head, per step
+  } extra_ops;
+  // Activation memory: "profile" = vLLM's profile run (residual + widest intermediate at
+  // max_num_batched_tokens + fp32 logits); "eager" = the tensors an eager implementation
+  // holds at once while prefilling max_num_batched_tokens (materialised attention scores,
+  // the SSD chunk matrices in fp32, ...). docs/costmodel.md.
+  std::string activations = "profile";
+  // GEMMs run one per weight matrix (q, k, v; gate, up, down; each expert's) instead of fused;
+  // each extra call pays the GEMM's fixed cost.
+  bool split_projections = false;
+  // Bytes an elementwise step (norm + residual, gating) moves relative to one fused read +
+  // write: 1 for fused kernels; ~10 for the eager RMSNorm (fp32 casts, pow, mean, mul, cast back).
+  double elementwise_traffic = 1;
 };
 
 struct Workload {

@@ -26,6 +26,8 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_GT(h.memory_bandwidth, 1e8);
   EXPECT_LT(h.memory_bandwidth, 1e13);
   EXPECT_GE(r.points.size(), 12u);
+  EXPECT_GT(h.kernel_overhead_s, 0);    // one tiny framework op costs something
+  EXPECT_LT(h.kernel_overhead_s, 1e-3); // and far less than a millisecond
   EXPECT_LT(r.mape, 1.0) << r.to_json().dump(1);  // two parameters per kind, on a shared, noisy machine
   // The JSON it writes is a loadable profile.
   const HardwareProfile back = hardware_from_json(r.to_json(), "cpu-local.json");

@@ -89,6 +89,45 @@ TEST(DifferentiableCost, DenseModelAndTrtllmAlsoMatch) {
   expect_equal(soft(d), predict(base, hw, e, w), "llama");
 }
 
+// The eager engine's extra operators and live-tensor activation estimate go through the same
+// template: equal at one-hot choices too (hybrid with MoE, RoPE-less; dense with RoPE).
+TEST(DifferentiableCost, EagerEngineTermsAlsoMatch) {
+  auto hw = load_hardware("b200", kConfigs);
+  hw.kernel_overhead_s = 4e-6;
+  auto e = load_engine("local-eager", kConfigs);
+  ASSERT_EQ(e.activations, "eager");
+  ASSERT_GT(e.extra_ops.mamba_prefill, 0);
+  e.max_num_batched_tokens = 512;
+  auto w = load_workload("in-game", kConfigs);
+  const ArchSpec base = load_arch(kConfigs + "/models/nemotron-3-super.json");
+  const int64_t L = int64_t(base.layers.size());
+  const DifferentiableCostModel soft(base, hw, e, w);
+  torch::manual_seed(5);
+  const torch::Tensor pick = torch::randint(0, 2, {L, 3}, torch::kLong);
+  auto onehot = [&](int col) { return torch::one_hot(pick.select(1, col), 2).to(torch::kFloat64); };
+  SoftDims d;
+  d.experts = expected_value(onehot(0), torch::tensor({512.0, 256.0}, torch::kFloat64));
+  d.kv_heads = expected_value(onehot(1), torch::tensor({2.0, 1.0}, torch::kFloat64));
+  d.keep = expected_value(onehot(2), torch::tensor({1.0, 0.0}, torch::kFloat64));
+  ArchSpec exact = base;
+  for (int64_t i = 0; i < L; ++i) {
+    auto& l = exact.layers[size_t(i)];
+    if (l.moe && pick[i][0].item<int64_t>()) l.moe->num_experts = 256;
+    if (l.attention && pick[i][1].item<int64_t>()) l.attention->num_kv_heads = 1;
+    if (pick[i][2].item<int64_t>()) l = ac::model::LayerSpec{};
+  }
+  const Prediction p = predict(exact, hw, e, w);
+  expect_equal(soft(d), p, "super eager");
+  EXPECT_NEAR(soft(d).activation_bytes.item<double>(), p.activation_bytes, 1e-9 * p.activation_bytes);
+  ArchSpec llama = load_arch(kConfigs + "/models/llama-3-8b.json");
+  const DifferentiableCostModel soft_llama(llama, hw, e, w);
+  expect_equal(soft_llama(SoftDims{}), predict(llama, hw, e, w), "llama eager");
+  // The extra operators cost time: the same spec is slower on the eager engine than without them.
+  auto plain = e;
+  plain.extra_ops = {};
+  EXPECT_GT(predict(llama, hw, e, w).tpot_s, predict(llama, hw, plain, w).tpot_s);
+}
+
 TEST(DifferentiableCost, GradientsReachChoiceProbabilities) {
   const ArchSpec base = load_arch(kConfigs + "/models/nemotron-3-super.json");
   const int64_t L = int64_t(base.layers.size());

@@ -1,0 +1,360 @@
+// `autocompress cost validate`: predicted vs measured on this machine (docs/costmodel.md).
+#include "search/costmodel/validate.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "model/model.h"
+#include "search/costmodel/calibrate.h"
+#include "search/costmodel/cost_model.h"
+
+namespace ac::search {
+
+// ---- peak tensor memory: a counting wrapper around the CPU allocator ------------------------
+// Every CPU tensor's storage comes from c10::GetCPUAllocator(). The wrapper allocates with the
+// same c10::alloc_cpu as LibTorch's default allocator (64-byte aligned), keeps the size in a
+// 64-byte header in front of the data, and counts live bytes and their high-water mark.
+namespace tensor_memory {
+namespace {
+constexpr size_t kHeader = 64;
+std::atomic<int64_t> g_current{0}, g_peak{0};
+std::atomic<bool> g_installed{false};
+
+void count_free(void* data) {
+  if (!data) return;
+  char* base = static_cast<char*>(data) - kHeader;
+  const auto n = *reinterpret_cast<size_t*>(base);
+  g_current.fetch_sub(int64_t(n));
+  c10::free_cpu(base);
+}
+
+// LibTorch >= 2.3: allocate() is non-const and copy_data() pure virtual.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define AC_ALLOCATE_CONST
+#define AC_COPY_DATA_OVERRIDE override
+#else
+#define AC_ALLOCATE_CONST const
+#define AC_COPY_DATA_OVERRIDE
+#endif
+
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) AC_ALLOCATE_CONST override {
+    char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    *reinterpret_cast<size_t*>(base) = n;
+    const int64_t now = g_current.fetch_add(int64_t(n)) + int64_t(n);
+    int64_t p = g_peak.load();
+    while (now > p && !g_peak.compare_exchange_weak(p, now)) {
+    }
+    void* data = base + kHeader;
+    return {data, data, &count_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &count_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const AC_COPY_DATA_OVERRIDE {
+    if (count) std::memcpy(dest, src, count);
+  }
+};
+CountingCpuAllocator g_allocator;
+}  // namespace
+
+void install() {
+  if (g_installed.exchange(true)) return;
+  // Priority 1 beats LibTorch's default registration (0). Storages allocated before keep
+  // their own deleter, so they are freed correctly and simply not counted.
+  c10::SetCPUAllocator(&g_allocator, /*priority=*/1);
+}
+bool installed() { return g_installed.load(); }
+int64_t current() { return g_current.load(); }
+int64_t peak() { return g_peak.load(); }
+void reset_peak() { g_peak.store(g_current.load()); }
+}  // namespace tensor_memory
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+model::ArchSpec base_spec(int64_t hidden) {
+  model::ArchSpec s;
+  s.hidden_size = hidden;
+  s.vocab_size = 4096;
+  s.max_position_embeddings = 4096;
+  s.dtype = "bfloat16";
+  return s;
+}
+model::AttentionSpec attn(int h, int kv, int d) {
+  model::AttentionSpec a;
+  a.num_heads = h, a.num_kv_heads = kv, a.head_dim = d;
+  return a;
+}
+model::MambaSpec mamba(int h, int p, int n, int g, int chunk = 64) {
+  model::MambaSpec m;
+  m.num_heads = h, m.head_dim = p, m.state_size = n, m.n_groups = g, m.chunk_size = chunk;
+  return m;
+}
+model::MlpSpec mlp(int64_t f, model::MlpActivation a) {
+  model::MlpSpec m;
+  m.ffn_size = f, m.activation = a;
+  return m;
+}
+model::MoeSpec moe(int e, int k, int64_t f, int64_t shared, int64_t latent) {
+  model::MoeSpec m;
+  m.num_experts = e, m.top_k = k, m.expert_ffn = f, m.shared_ffn = shared, m.latent_size = latent;
+  m.router = model::RouterKind::SigmoidBias, m.activation = model::MlpActivation::ReLU2, m.routed_scaling = 2.0;
+  return m;
+}
+}  // namespace
+
+std::vector<ValidationCase> validation_architectures() {
+  using model::LayerSpec;
+  using model::MlpActivation;
+  std::vector<ValidationCase> out;
+  auto dense = [&](const std::string& name, int64_t h, int layers, int heads, int kv, int64_t ffn) {
+    model::ArchSpec s = base_spec(h);
+    s.family = model::ModelFamily::Llama;
+    for (int i = 0; i < layers; ++i) {
+      LayerSpec l;
+      l.attention = attn(heads, kv, int(h / heads));
+      l.mlp = mlp(ffn, MlpActivation::SwiGLU);
+      s.layers.push_back(l);
+    }
+    s.name = name;
+    out.push_back({name, s});
+  };
+  dense("dense-256-4L", 256, 4, 4, 2, 768);
+  dense("dense-384-4L", 384, 4, 6, 2, 1024);
+  dense("dense-512-3L", 512, 3, 8, 8, 1536);
+  dense("dense-512-6L-mqa", 512, 6, 8, 1, 1024);
+  dense("dense-256-8L", 256, 8, 4, 4, 512);
+  dense("dense-512-2L-wide", 512, 2, 8, 4, 3072);
+  auto hybrid = [&](const std::string& name, int64_t h, const std::string& pattern, model::MambaSpec m,
+                    model::AttentionSpec a, int64_t ffn, model::MoeSpec e) {
+    model::ArchSpec s = base_spec(h);
+    s.family = model::ModelFamily::NemotronH;
+    for (char c : pattern) {
+      LayerSpec l;
+      if (c == 'M') l.mamba = m;
+      if (c == '*') l.attention = a;
+      if (c == '-') l.mlp = mlp(ffn, MlpActivation::ReLU2);
+      if (c == 'E') l.moe = e;
+      s.layers.push_back(l);
+    }
+    s.name = name;
+    out.push_back({name, s});
+  };
+  const auto e0 = moe(8, 2, 128, 256, 0);
+  hybrid("hybrid-M*M-", 256, "M*M-", mamba(8, 32, 16, 2), attn(4, 2, 64), 1024, e0);
+  hybrid("hybrid-M-M-M*-", 256, "M-M-M*-", mamba(8, 32, 32, 1), attn(4, 1, 64), 768, e0);
+  hybrid("hybrid-384-MM*-", 384, "MM*-", mamba(12, 32, 64, 4), attn(6, 2, 64), 1536, e0);
+  hybrid("hybrid-512-M*-", 512, "M*--", mamba(16, 64, 16, 8, 128), attn(8, 2, 64), 2048, e0);
+  hybrid("hybrid-N128", 256, "M-*-", mamba(4, 64, 128, 1), attn(4, 4, 64), 512, e0);
+  hybrid("mamba-only", 384, "M-M-", mamba(12, 64, 32, 2), attn(4, 4, 64), 1024, e0);
+  hybrid("moe-ME*E", 256, "ME*E", mamba(8, 32, 16, 2), attn(4, 2, 64), 512, moe(8, 2, 256, 256, 0));
+  hybrid("moe-16x1", 256, "E*E*", mamba(8, 32, 16, 2), attn(4, 2, 64), 512, moe(16, 1, 512, 0, 0));
+  hybrid("moe-latent", 384, "MEM*E", mamba(12, 32, 32, 4), attn(6, 2, 64), 512, moe(16, 4, 256, 384, 128));
+  hybrid("moe-32x4", 256, "M*EE", mamba(8, 32, 16, 2), attn(4, 2, 64), 512, moe(32, 4, 128, 256, 0));
+  hybrid("moe-8x8-dense", 512, "*E*E", mamba(8, 32, 16, 2), attn(8, 4, 64), 512, moe(8, 8, 256, 512, 0));
+  hybrid("moe-latent-wide", 512, "ME*EME", mamba(16, 32, 64, 8), attn(8, 2, 64), 512, moe(32, 6, 192, 1024, 256));
+  // Heterogeneous students: per-layer dimensions differ, some layers removed.
+  auto hetero = [&](const std::string& name, int64_t h, const std::vector<LayerSpec>& layers) {
+    model::ArchSpec s = base_spec(h);
+    s.layers = layers;
+    s.name = name;
+    out.push_back({name, s});
+  };
+  auto L = [](std::optional<model::AttentionSpec> a, std::optional<model::MambaSpec> m, std::optional<model::MlpSpec> f,
+              std::optional<model::MoeSpec> e) {
+    LayerSpec l;
+    l.attention = a, l.mamba = m, l.mlp = f, l.moe = e;
+    return l;
+  };
+  const auto sw = MlpActivation::SwiGLU, r2 = MlpActivation::ReLU2;
+  hetero("hetero-dense-ffn", 384, {L(attn(6, 2, 64), {}, mlp(1536, sw), {}), L(attn(6, 2, 64), {}, mlp(512, sw), {}),
+                                   L(attn(3, 1, 64), {}, mlp(1024, sw), {}), L(attn(6, 6, 64), {}, mlp(256, sw), {})});
+  hetero("hetero-dense-skip", 256, {L(attn(4, 2, 64), {}, mlp(1024, sw), {}), L({}, {}, mlp(768, sw), {}),
+                                    L(attn(4, 2, 64), {}, {}, {}), LayerSpec{}, L(attn(2, 1, 64), {}, mlp(256, sw), {})});
+  hetero("hetero-hybrid-heads", 256, {L({}, mamba(8, 32, 16, 2), {}, {}), L({}, {}, mlp(1024, r2), {}),
+                                      L({}, mamba(4, 32, 16, 2), {}, {}), L(attn(4, 1, 64), {}, {}, {}),
+                                      L({}, mamba(6, 32, 16, 2), {}, {}), L({}, {}, mlp(384, r2), {})});
+  hetero("hetero-moe-experts", 256, {L({}, mamba(8, 32, 16, 2), {}, {}), L({}, {}, {}, moe(16, 2, 128, 256, 0)),
+                                     L(attn(4, 2, 64), {}, {}, {}), L({}, {}, {}, moe(4, 2, 128, 256, 0)),
+                                     L({}, {}, {}, moe(8, 1, 256, 0, 0))});
+  hetero("hetero-mixed", 384, {L({}, mamba(12, 32, 32, 4), {}, {}), L({}, {}, {}, moe(16, 4, 256, 384, 128)),
+                               L({}, mamba(8, 32, 32, 4), {}, {}), L(attn(6, 2, 64), {}, {}, {}), LayerSpec{},
+                               L({}, {}, mlp(768, r2), {})});
+  hetero("hetero-deep-thin", 256, {L({}, mamba(4, 32, 16, 1), {}, {}), L({}, {}, mlp(256, r2), {}),
+                                   L({}, mamba(4, 32, 16, 1), {}, {}), L({}, {}, mlp(256, r2), {}),
+                                   L(attn(2, 1, 64), {}, {}, {}), L({}, {}, mlp(256, r2), {}),
+                                   L({}, mamba(4, 32, 16, 1), {}, {}), L({}, {}, mlp(256, r2), {})});
+  for (auto& c : out) model::validate(c.spec, c.name);
+  return out;
+}
+
+EngineProfile engine_for_validation(EngineProfile e, int64_t prompt_tokens) {
+  e.max_num_batched_tokens = std::min(e.max_num_batched_tokens, prompt_tokens);
+  e.max_num_seqs = 1;
+  return e;
+}
+
+ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine_in,
+                                     const ValidationOptions& o, const std::vector<ValidationCase>& cases) {
+  tensor_memory::install();
+  torch::NoGradGuard no_grad;
+  const auto dtype = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+  Workload w;
+  w.id = "validate";
+  w.prompt_tokens = o.prompt_tokens;
+  w.output_tokens = o.decode_steps;
+  w.context_tokens = o.prompt_tokens + o.decode_steps;
+  w.concurrency = 1;
+  const EngineProfile engine = engine_for_validation(engine_in, o.prompt_tokens);
+  ValidationResult r;
+  r.hardware = hw.id;
+  r.engine = engine.id;
+  r.options = o;
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  r.threads = torch::get_num_threads();
+  const Stopwatch clock = Stopwatch::for_device("cpu");
+  r.clock = clock.name();
+  torch::manual_seed(0);
+  for (const auto& c : cases) {
+    model::ArchSpec spec = c.spec;
+    spec.dtype = o.dtype;
+    const int64_t base = tensor_memory::current();
+    model::ModelOptions mo;
+    mo.dtype = dtype;
+    std::optional<model::CausalLM> holder;
+    holder.emplace(spec, model::TpGroup{}, mo);
+    model::CausalLM& m = *holder;
+    m->init_weights(1234);
+    m->eval();
+    const auto ids = torch::randint(0, spec.vocab_size, {1, o.prompt_tokens}, torch::kLong);
+    const auto tokens = torch::randint(0, spec.vocab_size, {o.decode_steps, 1, 1}, torch::kLong);
+    // Serving starts here: the peak counts from the loaded model (weights) on, as a serving
+    // engine's does; what initialisation needed temporarily is not part of it.
+    tensor_memory::reset_peak();
+    std::vector<double> prefill, prefill_wall;
+    model::InferenceCache cache;
+    for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
+      cache = model::InferenceCache{};
+      cache = m->new_cache();
+      const auto t0 = Clock::now();
+      const double c0 = clock.now();
+      auto h = m->hidden_states(ids, &cache);
+      (void)m->logits_local(h.slice(1, o.prompt_tokens - 1, o.prompt_tokens));
+      if (rep > 0) prefill.push_back(clock.now() - c0), prefill_wall.push_back(since(t0));
+    }
+    std::vector<double> steps, steps_wall;
+    for (int64_t s = 0; s < o.decode_steps; ++s) {
+      const auto t0 = Clock::now();
+      const double c0 = clock.now();
+      (void)m->forward(tokens[s], &cache);
+      steps.push_back(clock.now() - c0);
+      steps_wall.push_back(since(t0));
+    }
+    const double peak = double(tensor_memory::peak() - base);
+    const Prediction p = predict(spec, hw, engine, w);
+    ValidationRow row;
+    row.name = c.name;
+    for (const auto& l : spec.layers) row.kinds += model::layer_kind(l);
+    row.params = p.params;
+    row.predicted_prefill_s = p.ttft_s;
+    row.measured_prefill_s = median(prefill);
+    row.predicted_decode_s = p.tpot_s;
+    row.measured_decode_s = median(steps);
+    row.predicted_memory_bytes = p.weight_bytes + p.bytes_per_seq + p.activation_bytes;
+    row.measured_memory_bytes = peak;
+    row.weight_bytes = p.weight_bytes;
+    row.wall_prefill_s = median(prefill_wall);
+    row.wall_decode_s = median(steps_wall);
+    r.rows.push_back(row);
+    cache = model::InferenceCache{};
+    holder.reset();
+  }
+  auto ape = [](double pred, double meas) { return std::fabs(pred - meas) / meas; };
+  const double n = double(std::max<size_t>(r.rows.size(), 1));
+  for (const auto& row : r.rows) {
+    r.mape_prefill += ape(row.predicted_prefill_s, row.measured_prefill_s) / n;
+    r.mape_decode += ape(row.predicted_decode_s, row.measured_decode_s) / n;
+    r.mape_memory += ape(row.predicted_memory_bytes, row.measured_memory_bytes) / n;
+  }
+  r.mape_latency = (r.mape_prefill + r.mape_decode) / 2;
+  return r;
+}
+
+nlohmann::json ValidationResult::to_json() const {
+  nlohmann::json rows_j = nlohmann::json::array();
+  for (const auto& x : rows)
+    rows_j.push_back({{"name", x.name},
+                      {"kinds", x.kinds},
+                      {"params", x.params},
+                      {"prefill_s", {{"predicted", x.predicted_prefill_s}, {"measured", x.measured_prefill_s}}},
+                      {"decode_s", {{"predicted", x.predicted_decode_s}, {"measured", x.measured_decode_s}}},
+                      {"memory_bytes", {{"predicted", x.predicted_memory_bytes}, {"measured", x.measured_memory_bytes}}},
+                      {"weight_bytes", x.weight_bytes},
+                      {"wall_clock_s", {{"prefill", x.wall_prefill_s}, {"decode", x.wall_decode_s}}}});
+  return {{"format", "autocompress.cost_validation"},
+          {"version", 1},
+          {"hardware", hardware},
+          {"engine", engine},
+          {"prompt_tokens", options.prompt_tokens},
+          {"decode_steps", options.decode_steps},
+          {"repeats", options.repeats},
+          {"dtype", options.dtype},
+          {"threads", threads},
+          {"clock", clock},
+          {"timing", "median of `repeats` prefills after one warm-up; median of the decode steps"},
+          {"memory", "peak bytes of live CPU tensors (counting allocator) from the loaded model through prefill and "
+                     "decode, minus the bytes live before the model was built"},
+          {"calibration", "the hardware profile is fitted on operator microbenchmarks only; no architecture here was "
+                          "used to fit it"},
+          {"rows", rows_j},
+          {"mape", {{"prefill", mape_prefill}, {"decode", mape_decode}, {"latency", mape_latency}, {"memory", mape_memory}}}};
+}
+
+std::string ValidationResult::table() const {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "cost validate on %s, engine %s: prompt %lld, %lld decode steps, %s, %d threads; latency by %s, "
+                "median of %d prefills and of the decode steps; memory: peak live tensor bytes\n",
+                hardware.c_str(), engine.c_str(), (long long)options.prompt_tokens, (long long)options.decode_steps,
+                options.dtype.c_str(), threads, clock.c_str(), options.repeats);
+  out += buf;
+  std::snprintf(buf, sizeof buf, "%-20s %-8s %7s | %21s %6s | %21s %6s | %19s %6s\n", "architecture", "kinds",
+                "params", "prefill ms pred/meas", "err", "decode ms pred/meas", "err", "memory MB pred/meas", "err");
+  out += buf;
+  auto err = [](double p, double m) { return 100.0 * (p - m) / m; };
+  for (const auto& x : rows) {
+    std::snprintf(buf, sizeof buf,
+                  "%-20s %-8s %6.2fM | %10.3f %10.3f %+5.0f%% | %10.3f %10.3f %+5.0f%% | %9.2f %9.2f %+5.1f%%\n",
+                  x.name.c_str(), x.kinds.substr(0, 8).c_str(), x.params / 1e6, x.predicted_prefill_s * 1e3,
+                  x.measured_prefill_s * 1e3, err(x.predicted_prefill_s, x.measured_prefill_s),
+                  x.predicted_decode_s * 1e3, x.measured_decode_s * 1e3,
+                  err(x.predicted_decode_s, x.measured_decode_s), x.predicted_memory_bytes / 1e6,
+                  x.measured_memory_bytes / 1e6, err(x.predicted_memory_bytes, x.measured_memory_bytes));
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "MAPE over %zu architectures: prefill %.1f%%, decode %.1f%% (latency %.1f%%), memory %.1f%%\n",
+                rows.size(), 100 * mape_prefill, 100 * mape_decode, 100 * mape_latency, 100 * mape_memory);
+  out += buf;
+  return out;
+}
+
+}  // namespace ac::search

@@ -1,0 +1,76 @@
+// Validation of the cost model on this machine (`autocompress cost validate`): builds small
+// architectures of every kind with this project's own model code (model/model.h), measures
+// prefill latency, per-token decode latency and peak tensor memory, and compares them with
+// the predictions for the same architectures under a calibrated hardware profile and an
+// eager single-sequence engine (configs/engines/local-eager.json). docs/costmodel.md.
+//
+// Disjointness: `cost calibrate` fits the hardware profile on operator microbenchmarks
+// (GEMMs, attention, the Mamba scan, copies, dispatch of a tiny op) and on no architecture,
+// so none of these architectures was used to fit anything.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "model/arch_spec.h"
+#include "search/costmodel/profiles.h"
+
+namespace ac::search {
+
+struct ValidationCase {
+  std::string name;
+  model::ArchSpec spec;
+};
+// 24 architectures: dense, hybrid (Mamba + attention + MLP), MoE (incl. latent, shared
+// expert), heterogeneous (per-layer dims, skipped layers). Small enough for a 2-core CPU.
+std::vector<ValidationCase> validation_architectures();
+
+struct ValidationOptions {
+  int64_t prompt_tokens = 256;
+  int64_t decode_steps = 16;
+  std::string dtype = "bfloat16";
+  int repeats = 5;  // timed prefills per architecture (after one warm-up); the median counts
+  int threads = 1;  // LibTorch intra-op threads (0: leave LibTorch's setting); 1 times by CPU time
+};
+
+struct ValidationRow {
+  std::string name, kinds;
+  double params = 0;
+  double predicted_prefill_s = 0, measured_prefill_s = 0;
+  double predicted_decode_s = 0, measured_decode_s = 0;
+  double predicted_memory_bytes = 0, measured_memory_bytes = 0;
+  double weight_bytes = 0;  // predicted weights (part of predicted memory), for the report
+  double wall_prefill_s = 0, wall_decode_s = 0;  // the same medians by the wall clock (waits for a core included)
+};
+
+struct ValidationResult {
+  std::string hardware, engine;
+  ValidationOptions options;
+  int threads = 0;
+  std::string clock;
+  std::vector<ValidationRow> rows;
+  double mape_prefill = 0, mape_decode = 0, mape_latency = 0, mape_memory = 0;
+  nlohmann::json to_json() const;
+  std::string table() const;
+};
+
+// The engine as measured: one sequence, prefilled in one chunk of the prompt (an eager
+// engine has no fixed profile run; its activations peak at the prompt it runs).
+EngineProfile engine_for_validation(EngineProfile engine, int64_t prompt_tokens);
+
+ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine,
+                                     const ValidationOptions& options, const std::vector<ValidationCase>& cases);
+
+// Bytes of live CPU tensors, counted by a wrapper around LibTorch's CPU allocator that
+// `install` puts in place (process-wide, idempotent). `reset_peak` sets the peak to the
+// current count.
+namespace tensor_memory {
+void install();
+bool installed();
+int64_t current();
+int64_t peak();
+void reset_peak();
+}  // namespace tensor_memory
+
+}  // namespace ac::search
