@@ -247,7 +247,6 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   aopts.weight_decay = cfg.weight_decay;
   dist::ZeroAdamW opt(oparams, layout.dp(), &layout.tp(), aopts);
   const std::vector<model::ParamShard> opt_map = checkpoint::optimizer_shard_map(opt, model_map);
-  const std::vector<torch::Tensor> tp_partial = student->tp_partial_grad_parameters();
   LrSchedule sched{cfg.lr, cfg.min_lr, cfg.warmup, std::max<int64_t>(1, cfg.steps - cfg.warmup)};
 
   // ---- data ---------------------------------------------------------------------------
@@ -476,13 +475,8 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
       if (step >= nan_first && step < nan_first + nan_count) loss = loss * std::numeric_limits<float>::quiet_NaN();
       (loss / double(cfg.grad_accum)).backward();
     }
-    if (layout.tp_size() > 1) {
-      for (const torch::Tensor& p : tp_partial) {
-        if (!p.grad().defined()) continue;
-        torch::Tensor g = p.grad();
-        layout.tp().all_reduce(g, dist::ReduceOp::Sum);
-      }
-    }
+    // TP-replicated parameters (routers, q/k norms, replicated KV heads): TP = 1 gradients.
+    student->reduce_tp_partial_grads();
     const double lr = sched.at(step);
     const dist::StepResult r = opt.step(lr, cfg.clip_grad);
     ++step;

@@ -242,6 +242,17 @@ std::vector<torch::Tensor> CausalLMImpl::tp_partial_grad_parameters() const {
   return out;
 }
 
+void CausalLMImpl::reduce_tp_partial_grads() {
+  if (tp_.size() == 1) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : tp_partial_grad_parameters())
+    if (p.grad().defined()) tp_.comm->all_reduce(p.mutable_grad());
+  for (const auto& m : layers->children()) {
+    auto l = std::dynamic_pointer_cast<DecoderLayerImpl>(m);
+    if (l->attention) l->attention->reduce_replicated_kv_grads();
+  }
+}
+
 int64_t CausalLMImpl::logical_parameter_count() const {
   std::set<std::string> seen;
   int64_t n = 0;

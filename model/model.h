@@ -79,9 +79,14 @@ class CausalLMImpl : public torch::nn::Module {
   // built at any TP holds slices of the same logical weights.
   void init_weights(uint64_t seed);
   // Parameters replicated over TP whose gradients are partial sums on each rank (MoE
-  // routers and latent projections, Qwen3 q/k norms): a trainer all-reduces these over TP.
-  // (Replicated KV heads, KV < TP, would need a reduce within each replica group: not done.)
+  // routers and latent projections, Qwen3 q/k norms): these are all-reduced over TP.
+  // Replicated KV heads (KV < TP) need a sum within each replica group instead, which
+  // reduce_tp_partial_grads() also does.
   std::vector<torch::Tensor> tp_partial_grad_parameters() const;
+  // After backward, before the optimizer: makes every TP-replicated parameter's gradient
+  // the TP = 1 gradient (all-reduce of tp_partial_grad_parameters() over TP, and replicated
+  // KV heads summed over their replica groups). Collective over the TP group; no-op at TP 1.
+  void reduce_tp_partial_grads();
 
   // Elements of the logical (TP = 1) tensors this model trains: tied embeddings count once,
   // the sigmoid router's bias correction not at all (as transformers' num_parameters()).

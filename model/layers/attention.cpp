@@ -71,6 +71,28 @@ void AttentionImpl::shard_map(const std::string& p, std::vector<ParamShard>& out
   }
 }
 
+void AttentionImpl::reduce_replicated_kv_grads() {
+  if (!kv_replicated_) return;
+  // The replica group of KV head h is the ranks with kv_start_ == h. One all-reduce over the
+  // whole TP group of a [num_kv_heads, ...] buffer in which each rank fills only its head's
+  // slot sums every slot over exactly its replica group.
+  torch::NoGradGuard no_grad;
+  for (Weights* w : {&k_proj, &v_proj})
+    for (torch::Tensor* t : {&(*w)->weight, &(*w)->bias}) {
+      if (!t->defined()) continue;  // the same on every rank (the spec decides)
+      const torch::Tensor g = t->grad().defined() ? t->grad() : torch::zeros_like(*t);
+      auto shape = g.sizes().vec();
+      shape.insert(shape.begin(), spec_.num_kv_heads);
+      torch::Tensor buf = torch::zeros(shape, g.options());
+      buf.select(0, kv_start_).copy_(g);
+      tp_.comm->all_reduce(buf);
+      if (t->grad().defined())
+        t->mutable_grad().copy_(buf.select(0, kv_start_));
+      else
+        t->mutable_grad() = buf.select(0, kv_start_).clone();
+    }
+}
+
 namespace {
 torch::Tensor rotate_half(const torch::Tensor& x) {
   auto halves = x.chunk(2, -1);

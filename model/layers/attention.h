@@ -29,6 +29,11 @@ class AttentionImpl : public torch::nn::Module {
   void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
   // Parameters whose gradients are partial sums over a subset of ranks (replicated KV).
   bool kv_replicated() const { return kv_replicated_; }
+  // With replicated KV heads (KV < TP), each rank's k_proj/v_proj gradient holds only the
+  // part its own query heads contributed: sums it over the ranks that hold the same KV head
+  // (collective over the TP group; no-op otherwise). After it every replica has the TP = 1
+  // gradient of its head.
+  void reduce_replicated_kv_grads();
 
   // Why `spec` cannot be split over `tp` ranks ("" if it can).
   static std::string split_problem(const AttentionSpec& spec, int tp);

@@ -52,7 +52,7 @@ void check_tp_equals_tp1(const ArchSpec& spec, uint64_t seed) {
   };
   auto l1 = run(one), ln = run(many);
   EXPECT_LE((l1 - ln).abs().max().item<double>(), 1e-5) << spec.name;
-  for (auto& p : many->tp_partial_grad_parameters()) tp.comm->all_reduce(p.mutable_grad());
+  many->reduce_tp_partial_grads();
   std::map<std::string, torch::Tensor> grads;
   for (auto& [k, v] : one->logical_tensors(/*grads=*/true)) grads[k] = v;
   auto params = many->named_parameters(true);
@@ -114,4 +114,19 @@ TEST(Tp, ReplicatedKvHeadsForward) {
   tp.comm->broadcast(ids, 0);
   torch::NoGradGuard ng;
   EXPECT_LE((one->forward(ids) - many->forward(ids)).abs().max().item<double>(), 1e-5);
+}
+
+// KV heads < TP: each rank holds a replica of its queries' KV head; after
+// reduce_tp_partial_grads every replica's k/v gradient equals the TP = 1 gradient.
+TEST(Tp, ReplicatedKvHeadsGradients) {
+  for (const std::string name : {"llama", "qwen3", "nemotron_h"}) {
+    auto spec = fixture_spec(name);
+    spec.name = name + "_kv1";
+    for (auto& l : spec.layers)
+      if (l.attention) l.attention->num_kv_heads = 1;
+    CausalLM probe(spec, world());
+    for (size_t i = 0; i < spec.layers.size(); ++i)
+      if (spec.layers[i].attention) EXPECT_TRUE(probe->layer(i)->attention->kv_replicated()) << spec.name;
+    check_tp_equals_tp1(spec, 9);
+  }
 }
