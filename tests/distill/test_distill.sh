@@ -3,7 +3,7 @@
 # top-K and hidden-state losses run; a non-finite step is skipped and counted, too many in a
 # row stop the run; bad input exits 2 naming the file.
 source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
-rm -rf "$T/teacher" "$T/s_tp1" "$T/s_tp2" "$T/s_topk" "$T/nan1" "$T/nan2" "$T/bad"
+rm -rf "$T/teacher" "$T/s_tp1" "$T/s_tp2" "$T/kv1_tp1" "$T/kv1_tp2" "$T/s_topk" "$T/nan1" "$T/nan2" "$T/bad"
 make_data
 TEACHER_ARCH=$AC_SOURCE_DIR/configs/models/tiny-teacher.json
 STUDENT_ARCH=$AC_SOURCE_DIR/configs/models/tiny-student.json
@@ -19,6 +19,17 @@ timeout 300 $DISTILL --steps 10 --tp 2 --grad-accum 2 --out "$T/s_tp2" >"$T/s_tp
 # TP 2 x DP 1 (2 micro-steps) vs TP 1 x DP 2 on the same global batch: equal up to fp32
 # reduction order.
 $CMP "$T/s_tp1/metrics.jsonl" "$T/s_tp2/metrics.jsonl" --rtol 2e-4 || fail "TP 2 differs from TP 1"
+
+# A student with 1 KV head (fewer than TP): replicated KV heads' gradients are summed over
+# their replica group (CausalLM::reduce_tp_partial_grads), so TP 2 still equals TP 1.
+$PY - "$STUDENT_ARCH" "$T/student_kv1.json" <<'PYEOF'
+import json, sys
+a = json.load(open(sys.argv[1])); a["defaults"]["attention"]["num_kv_heads"] = 1; json.dump(a, open(sys.argv[2], "w"))
+PYEOF
+DISTILL_KV1="${DISTILL/--student $STUDENT_ARCH/--student $T/student_kv1.json}"
+timeout 300 $DISTILL_KV1 --steps 6 --tp 1 --out "$T/kv1_tp1" >"$T/kv1_tp1.log" 2>&1 || { cat "$T/kv1_tp1.log"; fail "distill KV 1, TP 1"; }
+timeout 300 $DISTILL_KV1 --steps 6 --tp 2 --grad-accum 2 --out "$T/kv1_tp2" >"$T/kv1_tp2.log" 2>&1 || { cat "$T/kv1_tp2.log"; fail "distill KV 1, TP 2"; }
+$CMP "$T/kv1_tp1/metrics.jsonl" "$T/kv1_tp2/metrics.jsonl" --rtol 2e-4 || fail "KV 1: TP 2 differs from TP 1"
 
 timeout 300 $DISTILL --tp 2 --top-k 32 --temperature 2 --intermediate cosine --intermediate-weight 0.5 \
   --steps 4 --out "$T/s_topk" >"$T/s_topk.log" 2>&1 || { cat "$T/s_topk.log"; fail "distill top-k + intermediate"; }
