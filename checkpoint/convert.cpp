@@ -34,15 +34,38 @@ struct Loaded {
   int64_t step = 0;
   std::string path;
 };
-Loaded load_for_export(const std::string& checkpoint, torch::Dtype dtype) {
+// Nemotron-H's config.json has no way to say "skip this block": a skipped layer (an identity)
+// is left out and later layers are renumbered (as save_hf_config writes the pattern), so
+// with `drop_skipped_nemotron_layers` the model is that compacted architecture, read from
+// the checkpoint's original layer numbers.
+Loaded load_for_export(const std::string& checkpoint, torch::Dtype dtype, bool drop_skipped_nemotron_layers = false) {
   Loaded l;
   l.path = resolve_checkpoint(checkpoint);
   CheckpointReader reader(l.path);
   l.step = reader.step();
   l.spec = checkpoint_arch(reader);
   l.spec.dtype = dtype_name(dtype);
+  std::vector<size_t> kept;  // compact index -> checkpoint index
+  if (drop_skipped_nemotron_layers && l.spec.family == model::ModelFamily::NemotronH) {
+    std::vector<model::LayerSpec> layers;
+    for (size_t i = 0; i < l.spec.layers.size(); ++i)
+      if (model::layer_kind(l.spec.layers[i]) != ".") {
+        kept.push_back(i);
+        layers.push_back(l.spec.layers[i]);
+      }
+    if (kept.size() == l.spec.layers.size()) kept.clear();
+    else l.spec.layers = layers;
+  }
   l.model = model::CausalLM(l.spec, self_tp(), model::ModelOptions{dtype});
-  load_model(l.model, reader);
+  if (kept.empty()) {
+    load_model(l.model, reader);
+  } else {
+    load_model(l.model, reader, "model/", [&](const std::string& logical) {
+      if (logical.rfind("layers.", 0) != 0) return logical;
+      const size_t dot = logical.find('.', 7);
+      return "layers." + std::to_string(kept.at(std::stoul(logical.substr(7, dot - 7)))) + logical.substr(dot);
+    });
+  }
   return l;
 }
 
@@ -184,7 +207,7 @@ std::string export_hdf5(const std::string& checkpoint, const std::string& out_di
 std::vector<std::string> export_safetensors(const std::string& checkpoint, const std::string& out_dir, torch::Dtype dtype,
                                             int64_t max_shard_bytes) {
   refuse_source_dir(resolve_checkpoint(checkpoint), out_dir);
-  Loaded l = load_for_export(checkpoint, dtype);
+  Loaded l = load_for_export(checkpoint, dtype, /*drop_skipped_nemotron_layers=*/true);
   // Check that config.json can be written before any weights are.
   (void)model::arch_to_hf_config(l.spec);
   model::SafetensorsWriteOptions opt;

@@ -68,7 +68,9 @@ ImportResult import_hf(MPI_Comm world, const std::string& hf_dir, const std::str
 // with the ArchSpec (dtype set to `dtype`). Returns the file's path.
 std::string export_hdf5(const std::string& checkpoint, const std::string& out_dir, torch::Dtype dtype);
 // Hugging Face: safetensors (sharded with an index above max_shard_bytes) + config.json
-// (per-layer overrides when the layers differ). Returns the files written.
+// (per-layer overrides when the layers differ). Nemotron-H layers that are skipped (no
+// mixer, no FFN: identities) are left out and later layers renumbered, as in config.json's
+// pattern. Returns the files written.
 std::vector<std::string> export_safetensors(const std::string& checkpoint, const std::string& out_dir, torch::Dtype dtype,
                                             int64_t max_shard_bytes = int64_t(5) << 30);
 

@@ -25,9 +25,10 @@ std::vector<ShardedTensor> model_tensors(model::CausalLM& m, bool write, const s
   return out;
 }
 
-void load_model(model::CausalLM& m, const CheckpointReader& reader, const std::string& prefix) {
+void load_model(model::CausalLM& m, const CheckpointReader& reader, const std::string& prefix,
+                const std::function<std::string(const std::string&)>& rename) {
   m->load([&](const model::ShardPiece& piece) {
-    const std::string name = prefix + piece.logical;
+    const std::string name = prefix + (rename ? rename(piece.logical) : piece.logical);
     const DatasetInfo& info = reader.info(name);
     if (info.shape != piece.logical_shape) {
       std::string want = "[", have = "[";

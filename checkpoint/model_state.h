@@ -3,6 +3,7 @@
 // and loaded back under any TP size, each rank reading only its slices.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ std::vector<ShardedTensor> model_tensors(model::CausalLM& model, bool write, con
 
 // Fills `model` (any TP size) from a checkpoint. A missing tensor or a shape that differs
 // from the model's ArchSpec throws ac::InputError naming the file and dataset.
-void load_model(model::CausalLM& model, const CheckpointReader& reader, const std::string& prefix = "model/");
+// `rename` (optional) maps a logical tensor name of `model` to the one stored (e.g. when
+// `model` is a renumbered copy of the checkpoint's architecture).
+void load_model(model::CausalLM& model, const CheckpointReader& reader, const std::string& prefix = "model/",
+                const std::function<std::string(const std::string&)>& rename = nullptr);
 
 }  // namespace ac::checkpoint

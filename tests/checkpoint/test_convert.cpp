@@ -258,3 +258,37 @@ TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
   const torch::Tensor got = checkpoint_logits(back.path, ids);
   if (world_rank() == 0) EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
 }
+
+TEST(HfImport, SkippedNemotronLayersAreLeftOutOfTheExport) {
+  // A depth-pruned student: layers 2 (MLP) and 4 (Mamba) skipped entirely.
+  model::ArchSpec s = model::load_arch(fixture("nemotron_h") + "/config.json");  // M*-EM-E
+  s.layers[2] = model::LayerSpec{};
+  s.layers[4] = model::LayerSpec{};
+  const std::string dir = shared_dir("hf-skipped");
+  torch::manual_seed(12);
+  const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 9});
+  torch::Tensor want;
+  on_root([&] {
+    model::CausalLM m(s, model::TpGroup{dist::make_self_communicator()});
+    m->init_weights(19);
+    {
+      torch::NoGradGuard ng;
+      want = m->forward(ids);
+    }
+    checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/student", 3, checkpoint::model_tensors(m, true),
+                                {{"arch_spec", model::arch_to_json(s)}});
+    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32);
+    std::ifstream in(dir + "/hf/config.json");
+    const auto config = nlohmann::json::parse(in);
+    EXPECT_EQ(config["hybrid_override_pattern"], "M*E-E") << config.dump(2);
+    model::SafetensorsReader st(dir + "/hf");
+    EXPECT_TRUE(st.contains("backbone.layers.4.mixer.gate.weight"));  // was layer 6
+    EXPECT_FALSE(st.contains("backbone.layers.5.norm.weight"));
+  });
+  checkpoint::ImportOptions opt;
+  opt.tp = world_size() >= 2 ? 2 : 1;
+  const auto back = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/back", opt);
+  EXPECT_EQ(back.spec.layers.size(), 5u);
+  const torch::Tensor got = checkpoint_logits(back.path, ids);
+  if (world_rank() == 0) EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+}
