@@ -84,6 +84,8 @@ int run_cost_validate(const po::variables_map& vm, RunContext& ctx) {
   o.prompt_tokens = vm["prompt-tokens"].as<int64_t>();
   o.decode_steps = vm["decode-steps"].as<int64_t>();
   o.repeats = vm["repeats"].as<int>();
+  o.sweeps = vm["sweeps"].as<int>();
+  if (o.sweeps < 1) throw InputError("--sweeps", std::to_string(o.sweeps), "must be positive");
   o.dtype = vm["dtype"].as<std::string>();
   o.threads = vm["threads"].as<int>();
   if (o.threads < 0) throw InputError("--threads", std::to_string(o.threads), "must not be negative");
@@ -169,7 +171,9 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "limit", po::value<int64_t>()->default_value(0), "only the first N architectures (0: all)")(
           "prompt-tokens", po::value<int64_t>()->default_value(256), "prompt length of the prefill")(
           "decode-steps", po::value<int64_t>()->default_value(16), "decode steps after the prefill")(
-          "repeats", po::value<int>()->default_value(5), "timed prefills per architecture (median; one warm-up first)")(
+          "repeats", po::value<int>()->default_value(5), "timed prefills per architecture and sweep (one warm-up first)")(
+          "sweeps", po::value<int>()->default_value(3),
+          "passes over all architectures (load bursts from other jobs spread over all of them); medians over all")(
           "dtype", po::value<std::string>()->default_value("bfloat16"), "bfloat16, float16 or float32")(
           "threads", po::value<int>()->default_value(1),
           "LibTorch intra-op threads, as in the profile's calibration (1: timed by process CPU time; 0: LibTorch's default)");

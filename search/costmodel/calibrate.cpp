@@ -49,8 +49,10 @@ void sync(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize();
 }
 
-// Fastest time of f() over repetitions lasting at least min_seconds in total (after a
-// warm-up): on a shared machine the minimum is the run that was not preempted.
+// Median time of f() over repetitions lasting at least min_seconds in total (after a
+// warm-up). The median, not the minimum: `cost validate` (and a server) sees typical operator
+// times, and the CPU-time clock already leaves out time spent preempted; the fastest run is
+// systematically faster than the typical one on a machine whose caches other jobs share.
 template <typename F>
 double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatch& clock) {
   f();
@@ -66,7 +68,8 @@ double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatc
     total += s;
     if (t.size() >= 200) break;
   }
-  return *std::min_element(t.begin(), t.end());
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
 // Fits t = a * w + c (a, c >= 0) minimising the relative error sum(((a w + c) - t) / t)^2.

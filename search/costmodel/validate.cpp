@@ -232,59 +232,74 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   const Stopwatch clock = Stopwatch::for_device("cpu");
   r.clock = clock.name();
   torch::manual_seed(0);
-  for (const auto& c : cases) {
+  // Sweeps: every architecture is measured once per sweep, so a burst of load from other
+  // jobs spreads over all architectures instead of falling on one; each median is over the
+  // samples of all sweeps. Memory is deterministic and taken in the first sweep.
+  struct Samples {
+    std::vector<double> prefill, prefill_wall, steps, steps_wall;
+    double peak = 0;
+  };
+  std::vector<Samples> samples(cases.size());
+  for (int sweep = 0; sweep < std::max(1, o.sweeps); ++sweep)
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const auto& c = cases[ci];
+      Samples& sm = samples[ci];
+      model::ArchSpec spec = c.spec;
+      spec.dtype = o.dtype;
+      const int64_t base = tensor_memory::current();
+      model::ModelOptions mo;
+      mo.dtype = dtype;
+      std::optional<model::CausalLM> holder;
+      holder.emplace(spec, model::TpGroup{}, mo);
+      model::CausalLM& m = *holder;
+      m->init_weights(1234);
+      m->eval();
+      const auto ids = torch::randint(0, spec.vocab_size, {1, o.prompt_tokens}, torch::kLong);
+      const auto tokens = torch::randint(0, spec.vocab_size, {o.decode_steps, 1, 1}, torch::kLong);
+      // Serving starts here: the peak counts from the loaded model (weights) on, as a serving
+      // engine's does; what initialisation needed temporarily is not part of it.
+      tensor_memory::reset_peak();
+      model::InferenceCache cache;
+      for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
+        cache = model::InferenceCache{};
+        cache = m->new_cache();
+        const auto t0 = Clock::now();
+        const double c0 = clock.now();
+        auto h = m->hidden_states(ids, &cache);
+        (void)m->logits_local(h.slice(1, o.prompt_tokens - 1, o.prompt_tokens));
+        if (rep > 0) sm.prefill.push_back(clock.now() - c0), sm.prefill_wall.push_back(since(t0));
+      }
+      for (int64_t s = 0; s < o.decode_steps; ++s) {
+        const auto t0 = Clock::now();
+        const double c0 = clock.now();
+        (void)m->forward(tokens[s], &cache);
+        sm.steps.push_back(clock.now() - c0);
+        sm.steps_wall.push_back(since(t0));
+      }
+      if (sweep == 0) sm.peak = double(tensor_memory::peak() - base);
+      cache = model::InferenceCache{};
+      holder.reset();
+    }
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const auto& c = cases[ci];
+    const Samples& sm = samples[ci];
     model::ArchSpec spec = c.spec;
     spec.dtype = o.dtype;
-    const int64_t base = tensor_memory::current();
-    model::ModelOptions mo;
-    mo.dtype = dtype;
-    std::optional<model::CausalLM> holder;
-    holder.emplace(spec, model::TpGroup{}, mo);
-    model::CausalLM& m = *holder;
-    m->init_weights(1234);
-    m->eval();
-    const auto ids = torch::randint(0, spec.vocab_size, {1, o.prompt_tokens}, torch::kLong);
-    const auto tokens = torch::randint(0, spec.vocab_size, {o.decode_steps, 1, 1}, torch::kLong);
-    // Serving starts here: the peak counts from the loaded model (weights) on, as a serving
-    // engine's does; what initialisation needed temporarily is not part of it.
-    tensor_memory::reset_peak();
-    std::vector<double> prefill, prefill_wall;
-    model::InferenceCache cache;
-    for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
-      cache = model::InferenceCache{};
-      cache = m->new_cache();
-      const auto t0 = Clock::now();
-      const double c0 = clock.now();
-      auto h = m->hidden_states(ids, &cache);
-      (void)m->logits_local(h.slice(1, o.prompt_tokens - 1, o.prompt_tokens));
-      if (rep > 0) prefill.push_back(clock.now() - c0), prefill_wall.push_back(since(t0));
-    }
-    std::vector<double> steps, steps_wall;
-    for (int64_t s = 0; s < o.decode_steps; ++s) {
-      const auto t0 = Clock::now();
-      const double c0 = clock.now();
-      (void)m->forward(tokens[s], &cache);
-      steps.push_back(clock.now() - c0);
-      steps_wall.push_back(since(t0));
-    }
-    const double peak = double(tensor_memory::peak() - base);
     const Prediction p = predict(spec, hw, engine, w);
     ValidationRow row;
     row.name = c.name;
     for (const auto& l : spec.layers) row.kinds += model::layer_kind(l);
     row.params = p.params;
     row.predicted_prefill_s = p.ttft_s;
-    row.measured_prefill_s = median(prefill);
+    row.measured_prefill_s = median(sm.prefill);
     row.predicted_decode_s = p.tpot_s;
-    row.measured_decode_s = median(steps);
+    row.measured_decode_s = median(sm.steps);
     row.predicted_memory_bytes = p.weight_bytes + p.bytes_per_seq + p.activation_bytes;
-    row.measured_memory_bytes = peak;
+    row.measured_memory_bytes = sm.peak;
     row.weight_bytes = p.weight_bytes;
-    row.wall_prefill_s = median(prefill_wall);
-    row.wall_decode_s = median(steps_wall);
+    row.wall_prefill_s = median(sm.prefill_wall);
+    row.wall_decode_s = median(sm.steps_wall);
     r.rows.push_back(row);
-    cache = model::InferenceCache{};
-    holder.reset();
   }
   auto ape = [](double pred, double meas) { return std::fabs(pred - meas) / meas; };
   const double n = double(std::max<size_t>(r.rows.size(), 1));
@@ -315,10 +330,12 @@ nlohmann::json ValidationResult::to_json() const {
           {"prompt_tokens", options.prompt_tokens},
           {"decode_steps", options.decode_steps},
           {"repeats", options.repeats},
+          {"sweeps", options.sweeps},
           {"dtype", options.dtype},
           {"threads", threads},
           {"clock", clock},
-          {"timing", "median of `repeats` prefills after one warm-up; median of the decode steps"},
+          {"timing", "per sweep over all architectures: `repeats` prefills after one warm-up and the decode steps; "
+                     "medians over all sweeps"},
           {"memory", "peak bytes of live CPU tensors (counting allocator) from the loaded model through prefill and "
                      "decode, minus the bytes live before the model was built"},
           {"calibration", "the hardware profile is fitted on operator microbenchmarks only; no architecture here was "
@@ -332,9 +349,9 @@ std::string ValidationResult::table() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "cost validate on %s, engine %s: prompt %lld, %lld decode steps, %s, %d threads; latency by %s, "
-                "median of %d prefills and of the decode steps; memory: peak live tensor bytes\n",
+                "median over %d sweeps of %d prefills and of the decode steps; memory: peak live tensor bytes\n",
                 hardware.c_str(), engine.c_str(), (long long)options.prompt_tokens, (long long)options.decode_steps,
-                options.dtype.c_str(), threads, clock.c_str(), options.repeats);
+                options.dtype.c_str(), threads, clock.c_str(), options.sweeps, options.repeats);
   out += buf;
   std::snprintf(buf, sizeof buf, "%-20s %-8s %7s | %21s %6s | %21s %6s | %19s %6s\n", "architecture", "kinds",
                 "params", "prefill ms pred/meas", "err", "decode ms pred/meas", "err", "memory MB pred/meas", "err");

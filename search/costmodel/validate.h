@@ -30,7 +30,8 @@ struct ValidationOptions {
   int64_t prompt_tokens = 256;
   int64_t decode_steps = 16;
   std::string dtype = "bfloat16";
-  int repeats = 5;  // timed prefills per architecture (after one warm-up); the median counts
+  int repeats = 5;  // timed prefills per architecture and sweep (after one warm-up)
+  int sweeps = 3;   // passes over all architectures; medians over the samples of every sweep
   int threads = 1;  // LibTorch intra-op threads (0: leave LibTorch's setting); 1 times by CPU time
 };
 

@@ -8,7 +8,7 @@ T=$AC_TEST_TMP
 HW=$AC_SOURCE_DIR/configs/hardware/cpu-local.json
 
 rm -f "$T/report.json"
-expect_rc 0 "$AC_BIN" cost validate --hardware "$HW" --limit 3 --prompt-tokens 64 --decode-steps 4 --repeats 2 \
+expect_rc 0 "$AC_BIN" cost validate --hardware "$HW" --limit 3 --prompt-tokens 64 --decode-steps 4 --repeats 2 --sweeps 2 \
   --out "$T/report.json"
 expect_out "MAPE over 3 architectures: prefill"
 expect_out "dense-256-4L"
@@ -16,7 +16,7 @@ python3 - "$T/report.json" <<'PY' || fail "report json"
 import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["format"] == "autocompress.cost_validation" and j["engine"] == "local-eager", j
-assert len(j["rows"]) == 3, len(j["rows"])
+assert len(j["rows"]) == 3 and j["sweeps"] == 2, (len(j["rows"]), j.get("sweeps"))
 for r in j["rows"]:
     for k in ("prefill_s", "decode_s", "memory_bytes"):
         assert r[k]["predicted"] > 0 and r[k]["measured"] > 0, (r["name"], k, r[k])
@@ -29,7 +29,7 @@ PY
 
 # Named architectures, mixing kinds (hybrid with MoE, heterogeneous).
 expect_rc 0 "$AC_BIN" cost validate --hardware "$HW" --archs moe-latent,hetero-mixed --prompt-tokens 64 \
-  --decode-steps 2 --repeats 1
+  --decode-steps 2 --repeats 1 --sweeps 1
 expect_out "MAPE over 2 architectures"
 expect_out "hetero-mixed"
 
