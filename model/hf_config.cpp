@@ -181,6 +181,50 @@ LayerSpec llama_layer(const View& v, ModelFamily fam, int64_t hidden, const std:
   return l;
 }
 
+// Qwen3MoeForCausalLM: Qwen3 attention (q/k norm); layer i is a softmax-routed SwiGLU MoE
+// (no shared expert) unless it is in mlp_only_layers or (i + 1) % decoder_sparse_step != 0,
+// then a dense SwiGLU MLP of intermediate_size.
+ArchSpec read_qwen3_moe(const json& c, const std::string& path) {
+  ArchSpec s;
+  s.family = ModelFamily::Qwen3;
+  View g{c, nullptr, path, ""};
+  read_globals(s, g, "rms_norm_eps");
+  const int n = int(g.integer("num_hidden_layers"));
+  if (n <= 0) g.fail("num_hidden_layers", std::to_string(n) + " must be positive");
+  if (c.contains("per_layer_config") && !c["per_layer_config"].is_null())
+    g.fail("per_layer_config", "heterogeneous Qwen3MoeForCausalLM configs are not supported");
+  const int64_t experts = g.present("num_experts") ? g.integer("num_experts") : g.integer("num_local_experts");
+  const int64_t step = g.integer("decoder_sparse_step", 1);
+  std::vector<int64_t> mlp_only;
+  if (const json* m = g.find("mlp_only_layers"); m && !m->is_null()) {
+    if (!m->is_array()) g.fail("mlp_only_layers", "expected a list of layer indices");
+    for (const json& e : *m) {
+      if (!e.is_number_integer()) g.fail("mlp_only_layers", "expected integers, got " + shown(e));
+      mlp_only.push_back(e.get<int64_t>());
+    }
+  }
+  const std::string act = g.string("hidden_act", "silu");
+  if (act != "silu" && act != "swish") g.fail("hidden_act", "\"" + act + "\" is not supported (silu only)");
+  for (int i = 0; i < n; ++i) {
+    const bool moe = experts > 0 && step > 0 && (i + 1) % step == 0 &&
+                     std::find(mlp_only.begin(), mlp_only.end(), i) == mlp_only.end();
+    LayerSpec l = llama_layer(g, ModelFamily::Qwen3, s.hidden_size,
+                              moe ? std::vector<std::string>{"mlp"} : std::vector<std::string>{});
+    if (moe) {
+      MoeSpec m;
+      m.num_experts = int(experts);
+      m.top_k = int(g.integer("num_experts_per_tok"));
+      m.expert_ffn = g.integer("moe_intermediate_size");
+      m.router = RouterKind::Softmax;
+      m.norm_topk_prob = g.boolean("norm_topk_prob", false);
+      m.activation = MlpActivation::SwiGLU;
+      l.moe = m;
+    }
+    s.layers.push_back(l);
+  }
+  return s;
+}
+
 ArchSpec read_llama(const json& c, const std::string& path, ModelFamily fam) {
   ArchSpec s;
   s.family = fam;
@@ -504,6 +548,60 @@ json write_llama(const ArchSpec& s) {
   return c;
 }
 
+// Qwen3MoeForCausalLM: every attention and every MoE layer alike (no per-layer overrides
+// in this family), dense layers listed in mlp_only_layers.
+json write_qwen3_moe(const ArchSpec& s) {
+  json c;
+  c["architectures"] = {"Qwen3MoeForCausalLM"};
+  c["model_type"] = "qwen3_moe";
+  write_globals(c, s, "rms_norm_eps");
+  c["num_hidden_layers"] = s.layers.size();
+  c["hidden_act"] = "silu";
+  const AttentionSpec* a0 = nullptr;
+  const MoeSpec* e0 = nullptr;
+  const MlpSpec* m0 = nullptr;
+  for (const auto& l : s.layers) {
+    if (l.attention && !a0) a0 = &*l.attention;
+    if (l.moe && !e0) e0 = &*l.moe;
+    if (l.mlp && !m0) m0 = &*l.mlp;
+  }
+  if (!a0 || !e0) throw InputError("config.json", "layers", "a Qwen3MoeForCausalLM needs attention and MoE layers");
+  json mlp_only = json::array();
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    const LayerSpec& l = s.layers[i];
+    if (l.mamba) unwritable(i, "a Mamba layer cannot be written as Qwen3MoeForCausalLM");
+    if (!l.attention || (!l.mlp && !l.moe)) unwritable(i, "Qwen3MoeForCausalLM cannot skip sublayers");
+    const auto& a = *l.attention;
+    if (a.num_heads != a0->num_heads || a.num_kv_heads != a0->num_kv_heads || a.head_dim != a0->head_dim ||
+        a.qkv_bias != a0->qkv_bias || a.o_bias != a0->qkv_bias || !a.qk_norm)
+      unwritable(i, "Qwen3MoeForCausalLM layers share one attention shape (with q/k norm)");
+    if (const auto& m = l.moe) {
+      if (m->num_experts != e0->num_experts || m->top_k != e0->top_k || m->expert_ffn != e0->expert_ffn ||
+          m->norm_topk_prob != e0->norm_topk_prob)
+        unwritable(i, "Qwen3MoeForCausalLM layers share one MoE shape");
+      if (m->router != RouterKind::Softmax || m->activation != MlpActivation::SwiGLU || m->shared_ffn != 0 ||
+          m->latent_size != 0 || m->routed_scaling != 1.0 || m->n_group != 1)
+        unwritable(i, "a Qwen3-MoE expert layer is softmax-routed SwiGLU without shared expert, latent or scaling");
+    } else {
+      if (l.mlp->ffn_size != m0->ffn_size || l.mlp->activation != MlpActivation::SwiGLU || l.mlp->bias)
+        unwritable(i, "Qwen3MoeForCausalLM dense layers share one SwiGLU MLP without bias");
+      mlp_only.push_back(i);
+    }
+  }
+  c["num_attention_heads"] = a0->num_heads;
+  c["num_key_value_heads"] = a0->num_kv_heads;
+  c["head_dim"] = a0->head_dim;
+  c["attention_bias"] = a0->qkv_bias;
+  c["num_local_experts"] = e0->num_experts;
+  c["num_experts_per_tok"] = e0->top_k;
+  c["moe_intermediate_size"] = e0->expert_ffn;
+  c["norm_topk_prob"] = e0->norm_topk_prob;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = mlp_only;
+  c["intermediate_size"] = m0 ? m0->ffn_size : e0->expert_ffn;
+  return c;
+}
+
 double decilm_ffn_mult(int64_t ffn, int64_t hidden, size_t i) {
   // The smallest 6-decimal multiplier that DeciLM's rounding maps back to exactly ffn.
   const double base = std::round(1.5 * double(ffn) / double(hidden) * 1e6) / 1e6;
@@ -664,6 +762,7 @@ ArchSpec arch_from_hf_config(const json& c, const std::string& path) {
   else if (arch == "MistralForCausalLM" || type == "mistral") s = read_llama(c, path, ModelFamily::Mistral);
   else if (arch == "Qwen2ForCausalLM" || type == "qwen2") s = read_llama(c, path, ModelFamily::Qwen2);
   else if (arch == "Qwen3ForCausalLM" || type == "qwen3") s = read_llama(c, path, ModelFamily::Qwen3);
+  else if (arch == "Qwen3MoeForCausalLM" || type == "qwen3_moe") s = read_qwen3_moe(c, path);
   else if (arch == "NemotronHForCausalLM" || arch == "NemotronHPuzzleForCausalLM" || type == "nemotron_h" ||
            type == "nemotron_h_puzzle")
     s = read_nemotron_h(c, path);
@@ -682,10 +781,15 @@ ArchSpec arch_from_hf_config(const json& c, const std::string& path) {
 
 json arch_to_hf_config(const ArchSpec& s, HfHeterogeneity how) {
   validate(s, "config.json");
-  bool has_hybrid = false;
-  for (const auto& l : s.layers) has_hybrid = has_hybrid || l.mamba || l.moe;
+  bool has_hybrid = false, has_mamba = false;
+  for (const auto& l : s.layers) {
+    has_hybrid = has_hybrid || l.mamba || l.moe;
+    has_mamba = has_mamba || l.mamba;
+  }
   json c;
-  if (s.family == ModelFamily::NemotronH || has_hybrid) {
+  if (s.family == ModelFamily::Qwen3 && has_hybrid && !has_mamba) {
+    c = write_qwen3_moe(s);
+  } else if (s.family == ModelFamily::NemotronH || has_hybrid) {
     c = write_nemotron_h(s, how);
   } else if (s.family == ModelFamily::DeciLM || how == HfHeterogeneity::BlockConfigs) {
     c = write_decilm(s);

@@ -11,7 +11,7 @@ BUILD=${1:-$ROOT/build}
 WORK=${2:-$BUILD/hf-roundtrip}
 MPIEXEC=(mpiexec --oversubscribe --bind-to none)
 [ "$(id -u)" = 0 ] && MPIEXEC+=(--allow-run-as-root)
-NAMES=(llama qwen3 nemotron_h nemotron_h_latent)  # qwen3_moe: no config.json reader yet
+NAMES=(llama qwen3 qwen3_moe nemotron_h nemotron_h_latent)
 rm -rf "$WORK"
 for n in "${NAMES[@]}"; do
   OMP_NUM_THREADS=1 "${MPIEXEC[@]}" -n 2 "$BUILD/autocompress" checkpoint import \

@@ -9,10 +9,8 @@ golden.safetensors (fixed input ids and the fp32 logits transformers computes) a
 (parameter count, versions).
 
   python3 scripts/make_model_fixtures.py                  # (re)generate fixtures
-  python3 scripts/make_model_fixtures.py --check-export build/tests/model/export \
-      --only llama qwen3 nemotron_h nemotron_h_latent
+  python3 scripts/make_model_fixtures.py --check-export build/tests/model/export [--only NAME...]
       # load what the C++ exporter wrote back into transformers and compare logits
-      # (qwen3_moe has no config.json reader/writer yet, so no exported config.json)
 
 Needs: pip install torch transformers safetensors. CI does not run this script.
 """

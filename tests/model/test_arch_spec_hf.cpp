@@ -216,3 +216,26 @@ TEST(HfConfig, LoadAndSaveFiles) {
   EXPECT_NE(error_of([&] { load_arch(dir + "/broken.json"); }).find("broken.json: (json): not valid JSON"), std::string::npos);
   EXPECT_NE(error_of([&] { load_arch(dir + "/nope.json"); }).find("nope.json: (file): cannot open"), std::string::npos);
 }
+
+TEST(HfConfig, Qwen3MoeDenseLayersAndSparseStep) {
+  json c = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"model_type", "qwen3_moe"}, {"hidden_size", 64},
+            {"vocab_size", 96}, {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+            {"head_dim", 16}, {"intermediate_size", 96}, {"moe_intermediate_size", 32}, {"num_experts", 8},
+            {"num_experts_per_tok", 2}, {"decoder_sparse_step", 2}, {"mlp_only_layers", {3}},
+            {"norm_topk_prob", true}, {"rms_norm_eps", 1e-6}};
+  const ArchSpec s = arch_from_hf_config(c, "qwen3moe.json");
+  ASSERT_EQ(s.layers.size(), 4u);
+  EXPECT_TRUE(s.layers[0].mlp && !s.layers[0].moe);  // (0 + 1) % 2 != 0
+  EXPECT_TRUE(s.layers[1].moe && !s.layers[1].mlp);
+  EXPECT_TRUE(s.layers[3].mlp && !s.layers[3].moe);  // mlp_only_layers
+  EXPECT_EQ(s.layers[1].moe->num_experts, 8);
+  EXPECT_TRUE(s.layers[1].moe->norm_topk_prob);
+  EXPECT_TRUE(s.layers[1].attention->qk_norm);
+  const json hf = arch_to_hf_config(s);
+  EXPECT_EQ(hf["architectures"][0], "Qwen3MoeForCausalLM");
+  EXPECT_EQ(hf["mlp_only_layers"], json({0, 2, 3}));
+  EXPECT_EQ(plain(round_trip_hf(s)), plain(s));
+  ArchSpec bad = s;
+  bad.layers[1].moe->shared_ffn = 16;
+  EXPECT_NE(error_of([&] { arch_to_hf_config(bad); }).find("config.json: layers[1]: "), std::string::npos);
+}
