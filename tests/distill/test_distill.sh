@@ -3,7 +3,7 @@
 # top-K and hidden-state losses run; a non-finite step is skipped and counted, too many in a
 # row stop the run; bad input exits 2 naming the file.
 source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
-rm -rf "$T/teacher" "$T/s_tp1" "$T/s_tp2" "$T/kv1_tp1" "$T/kv1_tp2" "$T/s_topk" "$T/nan1" "$T/nan2" "$T/bad"
+rm -rf "$T/teacher" "$T/s_tp1" "$T/s_tp2" "$T/kv1_tp1" "$T/kv1_tp2" "$T/teacher_hf" "$T/teacher_imported" "$T/hf_a" "$T/hf_b" "$T/s_topk" "$T/nan1" "$T/nan2" "$T/bad"
 make_data
 TEACHER_ARCH=$AC_SOURCE_DIR/configs/models/tiny-teacher.json
 STUDENT_ARCH=$AC_SOURCE_DIR/configs/models/tiny-student.json
@@ -30,6 +30,16 @@ DISTILL_KV1="${DISTILL/--student $STUDENT_ARCH/--student $T/student_kv1.json}"
 timeout 300 $DISTILL_KV1 --steps 6 --tp 1 --out "$T/kv1_tp1" >"$T/kv1_tp1.log" 2>&1 || { cat "$T/kv1_tp1.log"; fail "distill KV 1, TP 1"; }
 timeout 300 $DISTILL_KV1 --steps 6 --tp 2 --grad-accum 2 --out "$T/kv1_tp2" >"$T/kv1_tp2.log" 2>&1 || { cat "$T/kv1_tp2.log"; fail "distill KV 1, TP 2"; }
 $CMP "$T/kv1_tp1/metrics.jsonl" "$T/kv1_tp2/metrics.jsonl" --rtol 2e-4 || fail "KV 1: TP 2 differs from TP 1"
+
+# The teacher through the Hugging Face layout and back (export --format safetensors, then
+# checkpoint import at TP 2, as a Hugging Face teacher enters the pipeline): the same KD run.
+expect_rc 0 "$AC_BIN" export --checkpoint "$T/teacher/checkpoints" --format safetensors --dtype f32 --out "$T/teacher_hf"
+expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" checkpoint import --hf "$T/teacher_hf" --out "$T/teacher_imported" --tp 2
+DISTILL_IMP="${DISTILL/--teacher $T\/teacher\/checkpoints/--teacher $T/teacher_imported}"
+[ "$DISTILL_IMP" != "$DISTILL" ] || fail "teacher path substitution"
+timeout 300 $DISTILL --steps 4 --tp 2 --out "$T/hf_a" >"$T/hf_a.log" 2>&1 || { cat "$T/hf_a.log"; fail "distill, trained teacher"; }
+timeout 300 $DISTILL_IMP --steps 4 --tp 2 --out "$T/hf_b" >"$T/hf_b.log" 2>&1 || { cat "$T/hf_b.log"; fail "distill, imported teacher"; }
+$CMP "$T/hf_a/metrics.jsonl" "$T/hf_b/metrics.jsonl" --rtol 0 || fail "imported teacher differs"
 
 timeout 300 $DISTILL --tp 2 --top-k 32 --temperature 2 --intermediate cosine --intermediate-weight 0.5 \
   --steps 4 --out "$T/s_topk" >"$T/s_topk.log" 2>&1 || { cat "$T/s_topk.log"; fail "distill top-k + intermediate"; }
