@@ -51,16 +51,13 @@ ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communica
     b.master = torch::zeros({b.segment}, f32);
     b.exp_avg = torch::zeros({b.segment}, f32);
     b.exp_avg_sq = torch::zeros({b.segment}, f32);
-    b.decay_mask = torch::zeros({b.segment}, f32);
-    b.tp_sharded_mask = torch::zeros({b.segment}, f32);
+    b.flat = torch::empty({b.segment * dp_size}, f32);
     for (const Slot& s : b.slots) {
       const OptimParam& op = params_[s.param];
       const int64_t n = owned_rows(s, me) * s.row_numel;
       if (n == 0) continue;
       b.master.narrow(0, s.offset, n)
           .copy_(as_rows(op.param).narrow(0, me * s.rows_per_rank, owned_rows(s, me)).reshape(-1));
-      if (op.decay) b.decay_mask.narrow(0, s.offset, n).fill_(1.0);
-      if (!op.tp_replicated) b.tp_sharded_mask.narrow(0, s.offset, n).fill_(1.0);
     }
   }
 }
@@ -121,19 +118,22 @@ void ZeroAdamW::sync_params_from_master() {
 StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   torch::NoGradGuard no_grad;
   const int dp_size = dp_.size();
-  // 1. Average gradients over DP; each rank keeps the fp32 rows it owns.
+  // 1. Average gradients over DP; each rank keeps the fp32 rows it owns. The staging
+  // buffer is reused (no per-step allocation and page faults); padding rows stay zero.
   std::vector<torch::Tensor> grads;
   grads.reserve(buckets_.size());
   for (Bucket& b : buckets_) {
-    torch::Tensor flat = torch::zeros({b.segment * dp_size}, b.master.options());
+    torch::Tensor& flat = b.flat;
     for (int r = 0; r < dp_size; ++r) {
       for (const Slot& s : b.slots) {
         const int64_t rows = owned_rows(s, r);
+        torch::Tensor dst = flat.narrow(0, r * b.segment + s.offset, s.rows_per_rank * s.row_numel);
         const torch::Tensor& g = params_[s.param].param.grad();
-        if (rows == 0 || !g.defined()) continue;
-        flat.narrow(0, r * b.segment + s.offset, rows * s.row_numel)
-            .view({rows, s.row_numel})
-            .copy_(as_rows(g).narrow(0, r * s.rows_per_rank, rows));
+        if (rows < s.rows_per_rank) dst.narrow(0, rows * s.row_numel, (s.rows_per_rank - rows) * s.row_numel).zero_();
+        if (rows == 0) continue;
+        torch::Tensor mine = dst.narrow(0, 0, rows * s.row_numel).view({rows, s.row_numel});
+        if (g.defined()) mine.copy_(as_rows(g).narrow(0, r * s.rows_per_rank, rows));
+        else mine.zero_();  // e.g. an expert no token reached on this rank
       }
     }
     if (dp_size > 1) {
@@ -146,13 +146,18 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   }
   zero_grad();
 
-  // 2. Global norm: TP-sharded parts summed over TP and DP, TP-replicated parts over DP only.
+  // 2. Global norm: TP-sharded parts summed over TP and DP, TP-replicated parts over DP only
+  // (per parameter, fp32 dot products accumulated in double).
   double sharded = 0.0, replicated = 0.0;
+  const int me = dp_.rank();
   for (size_t k = 0; k < buckets_.size(); ++k) {
-    torch::Tensor sq = grads[k].to(torch::kDouble).square();
-    const double part = (sq * buckets_[k].tp_sharded_mask.to(torch::kDouble)).sum().item<double>();
-    sharded += part;
-    replicated += sq.sum().item<double>() - part;
+    for (const Slot& s : buckets_[k].slots) {
+      const int64_t n = owned_rows(s, me) * s.row_numel;
+      if (n == 0) continue;
+      const torch::Tensor g = grads[k].narrow(0, s.offset, n);
+      const double sq = torch::dot(g, g).item<double>();
+      (params_[s.param].tp_replicated ? replicated : sharded) += sq;
+    }
   }
   torch::Tensor sums = torch::tensor({sharded, replicated}, torch::kDouble);
   if (dp_size > 1) dp_.all_reduce(sums, ReduceOp::Sum);
@@ -162,7 +167,8 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   result.grad_norm = std::sqrt(tp_part.item<double>() + sums[1].item<double>());
   if (!std::isfinite(result.grad_norm)) return result;  // every rank sees the same norm
 
-  // 3. Clip and update the local shard (decoupled weight decay, bias-corrected moments, as torch.optim.AdamW).
+  // 3. Clip and update the local shard (as torch.optim.AdamW: decoupled weight decay, then
+  // bias-corrected moments).
   const double coef = (max_grad_norm > 0 && result.grad_norm > max_grad_norm)
                           ? max_grad_norm / (result.grad_norm + 1e-6) : 1.0;
   ++steps_;
@@ -174,7 +180,12 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
     if (coef != 1.0) g.mul_(coef);
     b.exp_avg.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
     b.exp_avg_sq.mul_(opt_.beta2).addcmul_(g, g, 1.0 - opt_.beta2);
-    if (opt_.weight_decay != 0.0) b.master.addcmul_(b.decay_mask, b.master, -lr * opt_.weight_decay);
+    if (opt_.weight_decay != 0.0) {
+      for (const Slot& s : b.slots) {
+        const int64_t n = owned_rows(s, me) * s.row_numel;
+        if (n > 0 && params_[s.param].decay) b.master.narrow(0, s.offset, n).mul_(1.0 - lr * opt_.weight_decay);
+      }
+    }
     torch::Tensor denom = (b.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opt_.eps);
     b.master.addcdiv_(b.exp_avg, denom, -lr / bc1);
     gather_params(b);

@@ -93,7 +93,8 @@ class ZeroAdamW {
     std::vector<Slot> slots;
     int64_t segment = 0;      // elements per rank
     torch::ScalarType dtype;  // of its parameters
-    torch::Tensor master, exp_avg, exp_avg_sq, decay_mask, tp_sharded_mask;  // [segment] fp32
+    torch::Tensor master, exp_avg, exp_avg_sq;  // [segment] fp32: this rank's rows
+    torch::Tensor flat;                         // [segment * dp] fp32 gradient staging, reused every step
   };
   void gather_params(Bucket& b);
   int64_t owned_rows(const Slot& s, int rank) const;

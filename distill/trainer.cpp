@@ -128,8 +128,9 @@ torch::Dtype parse_dtype(const std::string& s) {
   throw InputError("--dtype", "value", "\"" + s + "\" is not bf16 or f32");
 }
 
-double read_peak_flops(const std::string& path) {
-  if (path.empty()) return 0.0;
+// The profile's peak per device and, for CPU profiles, the threads it was measured with.
+std::pair<double, int> read_peak_flops(const std::string& path) {
+  if (path.empty()) return {0.0, 0};
   std::ifstream f(path);
   if (!f) throw InputError(path, "hardware", "cannot open the hardware profile");
   nlohmann::json j;
@@ -140,7 +141,8 @@ double read_peak_flops(const std::string& path) {
   }
   if (!j.contains("peak_flops") || !j["peak_flops"].is_number() || j["peak_flops"].get<double>() <= 0)
     throw InputError(path, "peak_flops", "missing or not a positive number");
-  return j["peak_flops"].get<double>();
+  const int threads = j.contains("threads") && j["threads"].is_number_integer() ? j["threads"].get<int>() : 0;
+  return {j["peak_flops"].get<double>(), threads};
 }
 
 // Sum of losses over a batch, reported as a mean.
@@ -164,7 +166,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   if (cfg.intermediate != "none" && cfg.intermediate != "cosine" && cfg.intermediate != "mse")
     throw InputError("--intermediate", "value", "\"" + cfg.intermediate + "\" is not none, cosine or mse");
   const torch::Dtype dtype = parse_dtype(cfg.dtype);
-  const double peak_flops = read_peak_flops(cfg.hardware);
+  const auto [peak_flops, profile_threads] = read_peak_flops(cfg.hardware);
 
   // ---- layout and models --------------------------------------------------------------
   model::ArchSpec spec = model::load_arch(cfg.student);
@@ -426,10 +428,15 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                 << (2.0 * double(param_bytes)) / n + 12.0 << " replicated" << std::endl;
     }
   }
-  // MFU's denominator: one profile peak per device. On GPUs a rank is a device; on CPUs the
-  // ranks of a node share it (the cpu-local profile is the whole machine).
+  // MFU's denominator: one profile peak per device. On GPUs a rank is a device. On CPUs a
+  // profile measured with N threads (cost calibrate records them) counts once per N threads
+  // in use over all ranks; one without a thread count is a whole node, shared by its ranks.
   double devices = layout.world_size();
-  if (!torch::cuda::is_available()) {
+  if (!torch::cuda::is_available() && profile_threads > 0) {
+    int threads = at::get_num_threads();
+    MPI_Allreduce(MPI_IN_PLACE, &threads, 1, MPI_INT, MPI_SUM, world);
+    devices = double(threads) / double(profile_threads);
+  } else if (!torch::cuda::is_available()) {
     MPI_Comm node;
     MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     int local = 1;

@@ -229,6 +229,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
                                 ", " + std::to_string(torch::get_num_threads()) + " threads)"
                           : o.name;
   h.source = "autocompress cost calibrate";
+  if (o.device != "cuda") h.threads = torch::get_num_threads();
   h.memory_bytes = o.memory_bytes;
   h.usable_fraction = o.usable_fraction;
   h.kernel_overhead_s = overhead;

@@ -133,6 +133,7 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   if (h.usable_fraction > 1) f.fail("usable_fraction", "must be in (0, 1]");
   h.kernel_overhead_s = f.number_or("kernel_overhead_s", 0.0);
   h.gemm_rows_half = f.number_or("gemm_rows_half", 0.0);
+  h.threads = static_cast<int>(f.number_or("threads", 0.0));
   const json& eff = f.get("efficiency");
   if (!eff.is_object()) f.fail("efficiency", "expected an object with gemm, attention, scan, memory");
   h.gemm = curve(f, eff, "gemm");
@@ -148,7 +149,7 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
 
 json hardware_to_json(const HardwareProfile& h) {
   auto c = [](const EfficiencyCurve& e) { return json{{"max", e.max}, {"half", e.half}}; };
-  return {{"format", "autocompress.hardware"},
+  json j = {{"format", "autocompress.hardware"},
           {"version", 1},
           {"id", h.id},
           {"name", h.name},
@@ -160,6 +161,8 @@ json hardware_to_json(const HardwareProfile& h) {
           {"kernel_overhead_s", h.kernel_overhead_s},
           {"gemm_rows_half", h.gemm_rows_half},
           {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}, {"elementwise", c(h.elementwise)}}}};
+  if (h.threads > 0) j["threads"] = h.threads;
+  return j;
 }
 
 EngineProfile engine_from_json(const json& j, const std::string& path) {

@@ -25,6 +25,7 @@ struct HardwareProfile {
   double usable_fraction = 1;   // what the serving process can have (desktop cards lose some to the display)
   double kernel_overhead_s = 0; // fixed cost per operator (launch, sync)
   double gemm_rows_half = 0;    // GEMM compute rate x rows / (rows + this): slow matrix-vector paths
+  int threads = 0;              // CPU profiles: intra-op threads the rates were measured with (0: whole device)
   EfficiencyCurve gemm, attention, scan, memory;
   // Elementwise arithmetic (norms, gates, residual adds) as a fraction of memory_bandwidth;
   // profiles without it use the memory curve.
