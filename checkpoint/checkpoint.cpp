@@ -2,6 +2,10 @@
 // checkpoint.h and docs/checkpoint-format.md).
 #include "checkpoint/checkpoint.h"
 
+#include <sys/mman.h>
+
+#include <cstdlib>
+
 #include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -462,6 +466,27 @@ const DatasetInfo& CheckpointReader::info(const std::string& name) const {
   throw InputError(path_, name, "no such dataset in the checkpoint");
 }
 
+namespace {
+// Destination of a large read: 2 MiB-aligned memory advised for transparent huge pages, so
+// that the first touch by H5Dread takes one fault per 2 MiB instead of one per 4 KiB page
+// (on a 1 GB load the 4 KiB faults alone cost about as much as the disk read). Small
+// tensors use the normal allocator.
+torch::Tensor empty_for_read(const std::vector<int64_t>& shape, torch::Dtype dtype) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  if (bytes < 4 * kHuge) return torch::empty(shape, torch::TensorOptions().dtype(dtype));
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+  return torch::from_blob(p, shape, [](void* q) { std::free(q); }, torch::TensorOptions().dtype(dtype));
+}
+}  // namespace
+
 torch::Tensor CheckpointReader::read(const std::string& name, std::vector<int64_t> offset,
                                      std::vector<int64_t> count) const {
   const DatasetInfo& di = info(name);
@@ -480,7 +505,7 @@ torch::Tensor CheckpointReader::read(const std::string& name, std::vector<int64_
   Handle d(check(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), ctx), H5Dclose);
   Handle ty(H5Dget_type(d), H5Tclose);
   const auto dtype = h5::torch_type(ty, ctx);
-  torch::Tensor out = torch::empty(count, torch::TensorOptions().dtype(dtype));
+  torch::Tensor out = empty_for_read(count, dtype);
   if (out.numel() == 0) return out;
   Handle fsel(H5Dget_space(d), H5Sclose);
   Handle msel;
