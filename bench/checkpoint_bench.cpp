@@ -82,6 +82,10 @@ std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& op
   std::vector<double> w_raw, w_ck, r_raw, r_ck;
   bool dropped = true;
   for (int rep = 0; rep < opt.repeats; ++rep) {
+    // Like a checkpoint (a new file per step), the baseline writes a new file each time:
+    // rewriting one in place skips the block allocation and ran up to 2.5x faster here.
+    fs::remove(raw);
+    MPI_Barrier(comm);
     w_raw.push_back(timed(comm, [&] {
       int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       for (const auto& t : state) {
