@@ -62,7 +62,9 @@ void check_matches_adamw(int tp_size, size_t bucket_bytes) {
   AdamWOptions opts;
   opts.bucket_bytes = bucket_bytes;
   ZeroAdamW opt(net.optim_params(), layout.dp(), &layout.tp(), opts);
-  if (bucket_bytes < 512) EXPECT_GT(opt.num_buckets(), 1u);
+  if (bucket_bytes < 512) {
+    EXPECT_GT(opt.num_buckets(), 1u);
+  }
 
   const auto rows = shard_range(hidden, layout.tp_size(), layout.tp_rank());
   for (int step = 0; step < 10; ++step) {
@@ -118,14 +120,18 @@ TEST(ZeroAdamW, StateIsShardedByRows) {
   const int64_t per = (9 + dp - 1) / dp;
   EXPECT_EQ(s.row_start, per * layout.dp_rank());
   EXPECT_EQ(s.rows, std::max<int64_t>(0, std::min<int64_t>(9, s.row_start + per) - s.row_start));
-  if (s.rows > 0) EXPECT_TRUE(torch::equal(s.master, w.detach().narrow(0, s.row_start, s.rows)));
+  if (s.rows > 0) {
+    EXPECT_TRUE(torch::equal(s.master, w.detach().narrow(0, s.row_start, s.rows)));
+  }
   EXPECT_EQ(opt.state_bytes(), 3 * per * 5 * 4);
   // Restoring state: write into the master shard, then sync: every rank sees every row.
   if (s.rows > 0) s.master.fill_(float(layout.dp_rank() + 1));
   opt.sync_params_from_master();
   for (int r = 0; r < dp; ++r) {
     const int64_t start = r * per, n = std::max<int64_t>(0, std::min<int64_t>(9, start + per) - start);
-    if (n > 0) EXPECT_TRUE(torch::all(w.detach().narrow(0, start, n) == float(r + 1)).item<bool>()) << "rows of rank " << r;
+    if (n > 0) {
+      EXPECT_TRUE(torch::all(w.detach().narrow(0, start, n) == float(r + 1)).item<bool>()) << "rows of rank " << r;
+    }
   }
 }
 
