@@ -73,6 +73,27 @@ torch::Tensor empty_grad_with_zero_padding(const torch::Tensor& student, const d
   return grad;
 }
 
+// The scalar arguments both autograd functions keep for backward.
+void save_params(AutogradContext* ctx, int64_t comm, int64_t vocab_size, double temperature, int64_t token_chunk,
+                 int64_t n_kept) {
+  ctx->saved_data["comm"] = comm;
+  ctx->saved_data["vocab"] = vocab_size;
+  ctx->saved_data["T"] = temperature;
+  ctx->saved_data["chunk"] = token_chunk;
+  ctx->saved_data["n_kept"] = n_kept;
+}
+struct SavedParams {
+  dist::Communicator& tp;
+  dist::VocabShard vs;
+  double temperature;
+  int64_t chunk, n_kept;
+};
+SavedParams load_params(AutogradContext* ctx) {
+  dist::Communicator& tp = comm_of(ctx->saved_data["comm"].toInt());
+  return {tp, dist::vocab_shard(ctx->saved_data["vocab"].toInt(), tp.size(), tp.rank()),
+          ctx->saved_data["T"].toDouble(), ctx->saved_data["chunk"].toInt(), ctx->saved_data["n_kept"].toInt()};
+}
+
 // ---- full-vocabulary KL --------------------------------------------------------------------
 //
 // Saved for backward: the two inputs (their own dtype), the keep mask and, per token, the
@@ -117,11 +138,7 @@ struct VocabParallelKl : torch::autograd::Function<VocabParallelKl> {
     const double scale = temperature * temperature / static_cast<double>(std::max<int64_t>(n_kept, 1));
 
     ctx->save_for_backward({student, teacher, keep, lse_s, lse_t});
-    ctx->saved_data["comm"] = comm;
-    ctx->saved_data["vocab"] = vocab_size;
-    ctx->saved_data["T"] = temperature;
-    ctx->saved_data["chunk"] = token_chunk;
-    ctx->saved_data["n_kept"] = n_kept;
+    save_params(ctx, comm, vocab_size, temperature, token_chunk, n_kept);
     return (acc * scale).to(torch::kFloat);
   }
 
@@ -129,11 +146,10 @@ struct VocabParallelKl : torch::autograd::Function<VocabParallelKl> {
     auto saved = ctx->get_saved_variables();
     const torch::Tensor &student = saved[0], &teacher = saved[1], &keep = saved[2], &lse_s = saved[3],
                         &lse_t = saved[4];
-    dist::Communicator& tp = comm_of(ctx->saved_data["comm"].toInt());
-    const dist::VocabShard vs = dist::vocab_shard(ctx->saved_data["vocab"].toInt(), tp.size(), tp.rank());
-    const double temperature = ctx->saved_data["T"].toDouble();
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const int64_t n_kept = ctx->saved_data["n_kept"].toInt();
+    const SavedParams sp = load_params(ctx);
+    const dist::VocabShard vs = sp.vs;
+    const double temperature = sp.temperature;
+    const int64_t chunk = sp.chunk, n_kept = sp.n_kept;
     const int64_t n = student.size(0);
 
     // d/dz [T^2 KL(softmax(t) || softmax(z / T))] = T (p_S - p_T); mean over kept tokens.
@@ -236,22 +252,17 @@ struct VocabParallelTopKKl : torch::autograd::Function<VocabParallelTopKKl> {
     const double scale = temperature * temperature / static_cast<double>(std::max<int64_t>(n_kept, 1));
 
     ctx->save_for_backward({student, keep, lse_s, ids, q});
-    ctx->saved_data["comm"] = comm;
-    ctx->saved_data["vocab"] = vocab_size;
-    ctx->saved_data["T"] = temperature;
-    ctx->saved_data["chunk"] = token_chunk;
-    ctx->saved_data["n_kept"] = n_kept;
+    save_params(ctx, comm, vocab_size, temperature, token_chunk, n_kept);
     return (acc * scale).to(torch::kFloat);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list g) {
     auto saved = ctx->get_saved_variables();
     const torch::Tensor &student = saved[0], &keep = saved[1], &lse_s = saved[2], &ids = saved[3], &q = saved[4];
-    dist::Communicator& tp = comm_of(ctx->saved_data["comm"].toInt());
-    const dist::VocabShard vs = dist::vocab_shard(ctx->saved_data["vocab"].toInt(), tp.size(), tp.rank());
-    const double temperature = ctx->saved_data["T"].toDouble();
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    const int64_t n_kept = ctx->saved_data["n_kept"].toInt();
+    const SavedParams sp = load_params(ctx);
+    const dist::VocabShard vs = sp.vs;
+    const double temperature = sp.temperature;
+    const int64_t chunk = sp.chunk, n_kept = sp.n_kept;
     const int64_t n = student.size(0);
 
     // d/dz = T (p_S - q scattered to the K ids): the log-sum-exp touches every column.

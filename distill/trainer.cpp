@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
 #include "checkpoint/model_state.h"
 #include "checkpoint/optimizer_state.h"
 #include "data/sampler.h"
@@ -32,6 +33,7 @@
 #include "distill/lr_schedule.h"
 #include "model/arch_spec.h"
 #include "model/model.h"
+#include "search/costmodel/profiles.h"
 
 namespace fs = std::filesystem;
 
@@ -109,42 +111,6 @@ torch::Tensor hex_decode(const std::string& s) {
   return t;
 }
 
-// A checkpoint argument: a directory with `latest` or a checkpoint file.
-std::string resolve_checkpoint(const std::string& path, const std::string& option) {
-  if (fs::is_directory(path)) return checkpoint::resolve_latest(path);
-  if (!fs::exists(path)) throw InputError(path, option, "no such checkpoint file or directory");
-  return path;
-}
-
-model::ArchSpec arch_of(const checkpoint::CheckpointReader& r) {
-  if (!r.attributes().contains("arch_spec"))
-    throw InputError(r.path(), "arch_spec", "attribute missing: not a model checkpoint");
-  return model::arch_from_json(r.attributes().at("arch_spec"), r.path() + ": arch_spec");
-}
-
-torch::Dtype parse_dtype(const std::string& s) {
-  if (s == "bf16" || s == "bfloat16") return torch::kBFloat16;
-  if (s == "f32" || s == "fp32" || s == "float32") return torch::kFloat32;
-  throw InputError("--dtype", "value", "\"" + s + "\" is not bf16 or f32");
-}
-
-// The profile's peak per device and, for CPU profiles, the threads it was measured with.
-std::pair<double, int> read_peak_flops(const std::string& path) {
-  if (path.empty()) return {0.0, 0};
-  std::ifstream f(path);
-  if (!f) throw InputError(path, "hardware", "cannot open the hardware profile");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    throw InputError(path, "hardware", std::string("not JSON: ") + e.what());
-  }
-  if (!j.contains("peak_flops") || !j["peak_flops"].is_number() || j["peak_flops"].get<double>() <= 0)
-    throw InputError(path, "peak_flops", "missing or not a positive number");
-  const int threads = j.contains("threads") && j["threads"].is_number_integer() ? j["threads"].get<int>() : 0;
-  return {j["peak_flops"].get<double>(), threads};
-}
-
 // Sum of losses over a batch, reported as a mean.
 struct LossParts {
   double total = 0, kd = 0, ce = 0, inter = 0;
@@ -165,8 +131,18 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     throw InputError("--seq-len/--micro-batch/--grad-accum", "value", "must be positive");
   if (cfg.intermediate != "none" && cfg.intermediate != "cosine" && cfg.intermediate != "mse")
     throw InputError("--intermediate", "value", "\"" + cfg.intermediate + "\" is not none, cosine or mse");
-  const torch::Dtype dtype = parse_dtype(cfg.dtype);
-  const auto [peak_flops, profile_threads] = read_peak_flops(cfg.hardware);
+  const torch::Dtype dtype = checkpoint::parse_dtype(cfg.dtype);
+  if (dtype == torch::kFloat16)
+    throw InputError("--dtype", cfg.dtype, "float16 training needs loss scaling, which the trainer does not do: use bf16 or f32");
+  // MFU reference: the profile's peak per device (and, for CPU profiles, the threads it was
+  // measured with).
+  double peak_flops = 0;
+  int profile_threads = 0;
+  if (!cfg.hardware.empty()) {
+    const search::HardwareProfile hw = search::load_hardware(cfg.hardware, search::default_configs_dir());
+    peak_flops = hw.peak_flops;
+    profile_threads = hw.threads;
+  }
 
   // ---- layout and models --------------------------------------------------------------
   model::ArchSpec spec = model::load_arch(cfg.student);
@@ -183,9 +159,9 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   model::ArchSpec teacher_spec;
   std::string teacher_path;
   if (cfg.distill) {
-    teacher_path = resolve_checkpoint(cfg.teacher, "--teacher");
+    teacher_path = checkpoint::resolve_checkpoint(cfg.teacher);
     checkpoint::CheckpointReader tr(teacher_path);
-    teacher_spec = arch_of(tr);
+    teacher_spec = checkpoint::checkpoint_arch(tr);
     if (const std::string why = model::tp_split_problem(teacher_spec, layout.tp_size()); !why.empty())
       throw InputError(teacher_path, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
     if (teacher_spec.vocab_size != spec.vocab_size)
@@ -206,7 +182,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
 
   model::CausalLM student(spec, tp, model::ModelOptions{dtype});
   if (!resuming && !cfg.student_init.empty()) {  // before the optimizer takes its fp32 masters
-    const std::string path = resolve_checkpoint(cfg.student_init, "--student-init");
+    const std::string path = checkpoint::resolve_checkpoint(cfg.student_init);
     checkpoint::CheckpointReader r(path);
     checkpoint::load_model(student, r);
   } else {
@@ -267,8 +243,8 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   if (resuming) {
     const std::string path = checkpoint::resolve_latest(ckpt_dir);
     checkpoint::CheckpointReader r(path);
-    if (r.attributes().value("arch_spec", nlohmann::json()) != arch_json)
-      throw InputError(path, "arch_spec", "the checkpoint's student differs from " + cfg.student +
+    if (r.attributes().value(checkpoint::kArchSpecAttribute, nlohmann::json()) != arch_json)
+      throw InputError(path, checkpoint::kArchSpecAttribute, "the checkpoint's student differs from " + cfg.student +
                                               " (a different run in the same --out?)");
     checkpoint::load_model(student, r);
     checkpoint::load_optimizer(opt, opt_map, r);
@@ -363,7 +339,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                            item.value().detach().contiguous(), dp_rank == 0 && layout.tp_rank() == 0});
     }
     nlohmann::json attrs = {
-        {"arch_spec", arch_json},
+        {checkpoint::kArchSpecAttribute, arch_json},
         {"kind", cfg.distill ? "distill" : "pretrain"},
         {"tokens_seen", tokens_seen},
         {"data_cursor", loader.cursor().to_json()},

@@ -127,4 +127,23 @@ void RunContext::write_manifest(const std::string& dir, const nlohmann::json& la
   fs::rename(tmp, final_path);
 }
 
+int64_t parse_size(const std::string& s, const char* option) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    throw InputError("command line", option, "'" + s + "' is not a size (e.g. 256MiB, 5GiB, 4096)");
+  }
+  const std::string unit = s.substr(pos);
+  double mul = 1;
+  if (unit == "" || unit == "B") mul = 1;
+  else if (unit == "KiB" || unit == "K") mul = 1024.0;
+  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
+  else throw InputError("command line", option, "unknown unit '" + unit + "' (B, KiB, MiB, GiB)");
+  if (v <= 0) throw InputError("command line", option, "size must be positive");
+  return static_cast<int64_t>(v * mul);
+}
+
 }  // namespace ac::launcher

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <boost/any.hpp>
+#include <cstdint>
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -16,5 +17,9 @@ boost::program_options::parsed_options parse_ini_config(const std::string& path,
                                                         const boost::program_options::options_description& desc);
 
 nlohmann::json option_value_json(const boost::program_options::variable_value& v);
+
+// A byte size on the command line: "4096", "512KiB", "256MiB", "5GiB" (K/M/G accepted).
+// Throws ac::InputError naming `option` when it is malformed or not positive.
+int64_t parse_size(const std::string& s, const char* option);
 
 }  // namespace ac::launcher
