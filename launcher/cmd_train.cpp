@@ -44,7 +44,7 @@ void add_common_options(po::options_description& d, bool distill) {
   o("save-interval", po::value<int64_t>()->default_value(c.save_interval),
     "steps between checkpoints (0: only at the end and on SIGUSR1/SIGTERM)");
   o("keep-last", po::value<int>()->default_value(c.keep_last), "checkpoints kept (0: all)");
-  o("hardware", po::value<std::string>(), "hardware profile JSON (peak_flops per device) to report MFU");
+  o("hardware", po::value<std::string>(), "hardware profile (id such as cpu-local, or a JSON path) to report MFU");
   o(distill ? "student-init" : "init", po::value<std::string>(),
     "checkpoint the model starts from (default: random init)");
   if (distill) {
