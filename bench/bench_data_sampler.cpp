@@ -1,8 +1,10 @@
 // Sampler read throughput against a plain sequential read of the same .bin, in one run.
 // Writes a synthetic Megatron dataset (uint16 tokens, documents of 1..4000 tokens), reads it
 // once to warm the page cache, then measures:
-//   baseline: read() of the .bin in 4 MiB blocks, widened to int64 (what a loader must hand on)
-//   sampler:  DataLoader (GPT samples of seq_len + 1 tokens, shuffled, across documents)
+//   baseline: read() of the .bin in 4 MiB blocks (the raw uint16 stream), and the same read
+//             widened to int64 (what an int64 loader must hand on)
+//   sampler:  DataLoader (GPT samples of seq_len + 1 tokens, shuffled, across documents),
+//             handing on int32 ids (what the trainer reads) and int64 ids
 // each the best of 5 alternating rounds, and prints tokens/s and the ratios.
 //   bench_data_sampler [DIR] [TOKENS_MILLIONS] [SEQ_LEN]
 #include <fcntl.h>
@@ -61,9 +63,10 @@ int main(int argc, char** argv) {
   auto src = std::make_shared<IndexedDataset>(prefix);
   auto sampler = std::make_shared<BlendedSampler>(std::vector<BlendEntry>{{src, 1.0}}, seq_len, 1234, SplitSpec{1, 0, 0}, Split::Train);
   const int64_t mbs = 8;
-  std::vector<int64_t> batch(mbs * (seq_len + 1));
+  std::vector<int64_t> batch64(mbs * (seq_len + 1));
+  std::vector<int32_t> batch32(mbs * (seq_len + 1));
   const int64_t steps = sampler->dataset(0).samples_per_epoch() / mbs;
-  auto sample_epoch = [&] {
+  auto sample_epoch = [&](auto& batch) {
     DataLoader loader(sampler, LoaderConfig{mbs, 0, 1}, DataCursor::start(*sampler));
     int64_t sampled = 0, sum = 0;
     for (int64_t s = 0; s < steps; ++s) {
@@ -74,11 +77,11 @@ int main(int argc, char** argv) {
     if (sum == -1) std::printf("impossible\n");
     return sampled;
   };
-  plain_read(false);  // warm the page cache
-  sample_epoch();     // and build the epoch's shuffle (cached: not steady-state reading)
-  // The machine is shared and noisy: alternate the three and keep each one's best of 5.
-  double raw_s = 1e30, wide_s = 1e30, samp_s = 1e30;
-  int64_t raw_tokens = 0, wide_tokens = 0, sampled = 0;
+  plain_read(false);      // warm the page cache
+  sample_epoch(batch32);  // and build the epoch's shuffle (cached: not steady-state reading)
+  // The machine is shared and noisy: alternate the four and keep each one's best of 5.
+  double raw_s = 1e30, wide_s = 1e30, s32_s = 1e30, s64_s = 1e30;
+  int64_t raw_tokens = 0, wide_tokens = 0, n32 = 0, n64 = 0;
   auto timed = [](auto&& f, int64_t* n) {
     auto t0 = Clock::now();
     *n = f();
@@ -87,16 +90,19 @@ int main(int argc, char** argv) {
   for (int round = 0; round < 5; ++round) {
     raw_s = std::min(raw_s, timed([&] { return plain_read(false); }, &raw_tokens));
     wide_s = std::min(wide_s, timed([&] { return plain_read(true); }, &wide_tokens));
-    samp_s = std::min(samp_s, timed(sample_epoch, &sampled));
+    s32_s = std::min(s32_s, timed([&] { return sample_epoch(batch32); }, &n32));
+    s64_s = std::min(s64_s, timed([&] { return sample_epoch(batch64); }, &n64));
   }
-  const double raw = raw_tokens / raw_s, wide = wide_tokens / wide_s, samp = sampled / samp_s;
+  const double raw = raw_tokens / raw_s, wide = wide_tokens / wide_s, samp32 = n32 / s32_s, samp64 = n64 / s64_s;
   std::printf("dataset: %lld tokens (uint16), %lld documents, seq_len %lld, micro-batch %lld\n",
               static_cast<long long>(src->num_tokens()), static_cast<long long>(src->num_documents()),
               static_cast<long long>(seq_len), static_cast<long long>(mbs));
-  std::printf("plain sequential read():        %8.1f M tokens/s (%.2f GB/s)\n", raw / 1e6, raw * 2 / 1e9);
-  std::printf("plain read() + widen to int64:  %8.1f M tokens/s\n", wide / 1e6);
-  std::printf("sampler (shuffled GPT samples): %8.1f M tokens/s\n", samp / 1e6);
-  std::printf("ratio sampler / plain read: %.2f   sampler / read+widen: %.2f\n", samp / raw, samp / wide);
+  std::printf("plain sequential read():          %8.1f M tokens/s (%.2f GB/s)\n", raw / 1e6, raw * 2 / 1e9);
+  std::printf("plain read() + widen to int64:    %8.1f M tokens/s\n", wide / 1e6);
+  std::printf("sampler, int32 ids (the trainer): %8.1f M tokens/s\n", samp32 / 1e6);
+  std::printf("sampler, int64 ids:               %8.1f M tokens/s\n", samp64 / 1e6);
+  std::printf("ratio sampler(int32) / plain read: %.2f   sampler(int64) / plain read: %.2f   sampler(int64) / read+widen: %.2f\n",
+              samp32 / raw, samp64 / raw, samp64 / wide);
   std::filesystem::remove(prefix + ".bin");
   std::filesystem::remove(prefix + ".idx");
   return 0;

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 
 #include <cstdio>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 
@@ -276,8 +277,8 @@ Hdf5TokenStore::~Hdf5TokenStore() {
   if (file_ >= 0) H5Fclose(file_);
 }
 
-void Hdf5TokenStore::read(int64_t doc, int64_t offset, int64_t count, int64_t* out) const {
-  if (count == 0) return;
+// Reads elements [offsets_[doc] + offset, + count) of /tokens converted by HDF5 to mem_type.
+void Hdf5TokenStore::read_elements(int64_t doc, int64_t offset, int64_t count, hid_t mem_type, void* out) const {
   std::lock_guard<std::mutex> lk(hdf5_mutex());
   if (offset + count > document_length(doc)) throw std::out_of_range(path_ + ": read past the end of document " + std::to_string(doc));
   hid_t fs = H5Dget_space(tokens_);
@@ -287,11 +288,32 @@ void Hdf5TokenStore::read(int64_t doc, int64_t offset, int64_t count, int64_t* o
   herr_t rc;
   {
     QuietHdf5 quiet;
-    rc = H5Dread(tokens_, H5T_NATIVE_INT64, ms, fs, H5P_DEFAULT, out);
+    rc = H5Dread(tokens_, mem_type, ms, fs, H5P_DEFAULT, out);
   }
   H5Sclose(ms);
   H5Sclose(fs);
   if (rc < 0) throw InputError(path_, "/tokens", "read of elements [" + std::to_string(start[0]) + ", " + std::to_string(start[0] + count) + ") failed (corrupt chunk?)");
+}
+
+void Hdf5TokenStore::read(int64_t doc, int64_t offset, int64_t count, int64_t* out) const {
+  if (count > 0) read_elements(doc, offset, count, H5T_NATIVE_INT64, out);
+}
+
+void Hdf5TokenStore::read(int64_t doc, int64_t offset, int64_t count, int32_t* out) const {
+  if (count == 0) return;
+  if (dtype_ != DType::I64) {  // uint16 and int32 ids always fit
+    read_elements(doc, offset, count, H5T_NATIVE_INT32, out);
+    return;
+  }
+  // HDF5 would clip out-of-range values silently: read as int64 and narrow with a check.
+  std::vector<int64_t> wide(count);
+  read_elements(doc, offset, count, H5T_NATIVE_INT64, wide.data());
+  for (int64_t i = 0; i < count; ++i) {
+    if (wide[i] < std::numeric_limits<int32_t>::min() || wide[i] > std::numeric_limits<int32_t>::max())
+      throw InputError(path_, "/tokens[" + std::to_string(offsets_[doc] + offset + i) + "]",
+                       "token id " + std::to_string(wide[i]) + " does not fit int32");
+    out[i] = static_cast<int32_t>(wide[i]);
+  }
 }
 
 }  // namespace ac::data

@@ -59,6 +59,7 @@ class Hdf5TokenStore : public TokenSource {
   int64_t document_length(int64_t d) const override { return offsets_[d + 1] - offsets_[d]; }
   int64_t num_tokens() const override { return offsets_.back(); }
   void read(int64_t doc, int64_t offset, int64_t count, int64_t* out) const override;
+  void read(int64_t doc, int64_t offset, int64_t count, int32_t* out) const override;
   std::string describe() const override { return path_; }
 
  private:
@@ -66,6 +67,7 @@ class Hdf5TokenStore : public TokenSource {
   int64_t file_ = -1, tokens_ = -1;  // hid_t
   DType dtype_ = DType::I32;
   std::vector<int64_t> offsets_;
+  void read_elements(int64_t doc, int64_t offset, int64_t count, int64_t mem_type /* hid_t */, void* out) const;
 };
 
 bool is_hdf5_path(const std::string& path);  // ends in .h5 or .hdf5

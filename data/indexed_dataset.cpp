@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "dist/error.h"
 
@@ -34,29 +35,60 @@ T load(const uint8_t* p) {
   return v;
 }
 
-template <typename T>
-void convert(const uint8_t* src, int64_t n, int64_t* out) {
-  if (reinterpret_cast<uintptr_t>(src) % alignof(T) == 0) {
-    // .bin data is aligned (page-aligned map, offsets are multiples of the item size): a
-    // plain typed loop, which the compiler vectorizes.
-    const T* p = reinterpret_cast<const T*>(src);
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(p[i]);
+// Whether a stored value of type T can be handed out as Out without loss of range. Token ids
+// are never negative or fractional in practice; only the range is checked, and only where
+// T is wider than Out (int64/float/double ids into int32).
+template <typename T, typename Out>
+constexpr bool needs_range_check() {
+  return std::is_floating_point_v<T> || sizeof(T) > sizeof(Out);
+}
+
+// Converts n items of T at src to Out. Returns the index of the first item out of Out's
+// range, or -1.
+template <typename T, typename Out>
+int64_t convert(const uint8_t* src, int64_t n, Out* out) {
+  if constexpr (std::is_same_v<T, Out>) {
+    std::memcpy(out, src, n * sizeof(T));
+    return -1;
   } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(load<T>(src + i * sizeof(T)));
+    if (!std::is_floating_point_v<T> && reinterpret_cast<uintptr_t>(src) % alignof(T) == 0) {
+      // .bin data is aligned (page-aligned map, offsets are multiples of the item size): a
+      // plain typed loop, which the compiler vectorizes; integer narrowing is checked after
+      // (float ids take the checked loop below: an out-of-range float cast is undefined).
+      const T* p = reinterpret_cast<const T*>(src);
+      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(p[i]);
+      if constexpr (needs_range_check<T, Out>()) {
+        for (int64_t i = 0; i < n; ++i)
+          if (!(p[i] >= static_cast<T>(std::numeric_limits<Out>::min()) && p[i] <= static_cast<T>(std::numeric_limits<Out>::max())))
+            return i;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const T v = load<T>(src + i * sizeof(T));
+        if constexpr (needs_range_check<T, Out>()) {
+          if (!(v >= static_cast<T>(std::numeric_limits<Out>::min()) && v <= static_cast<T>(std::numeric_limits<Out>::max())))
+            return i;
+        }
+        out[i] = static_cast<Out>(v);
+      }
+    }
+    return -1;
   }
 }
 
-void convert_any(DType t, const uint8_t* src, int64_t n, int64_t* out) {
+template <typename Out>
+int64_t convert_any(DType t, const uint8_t* src, int64_t n, Out* out) {
   switch (t) {
-    case DType::U8: convert<uint8_t>(src, n, out); break;
-    case DType::I8: convert<int8_t>(src, n, out); break;
-    case DType::I16: convert<int16_t>(src, n, out); break;
-    case DType::I32: convert<int32_t>(src, n, out); break;
-    case DType::I64: std::memcpy(out, src, n * 8); break;
-    case DType::F64: convert<double>(src, n, out); break;
-    case DType::F32: convert<float>(src, n, out); break;
-    case DType::U16: convert<uint16_t>(src, n, out); break;
+    case DType::U8: return convert<uint8_t>(src, n, out);
+    case DType::I8: return convert<int8_t>(src, n, out);
+    case DType::I16: return convert<int16_t>(src, n, out);
+    case DType::I32: return convert<int32_t>(src, n, out);
+    case DType::I64: return convert<int64_t>(src, n, out);
+    case DType::F64: return convert<double>(src, n, out);
+    case DType::F32: return convert<float>(src, n, out);
+    case DType::U16: return convert<uint16_t>(src, n, out);
   }
+  return -1;
 }
 
 template <typename T>
@@ -243,12 +275,19 @@ std::vector<int64_t> IndexedDataset::sequence(int64_t i) const {
   return out;
 }
 
-void IndexedDataset::read(int64_t d, int64_t offset, int64_t count, int64_t* out) const {
+template <typename Out>
+void IndexedDataset::read_as(int64_t d, int64_t offset, int64_t count, Out* out) const {
   const uint64_t isz = dtype_size(dtype_);
+  auto copy = [&](uint64_t byte, int64_t n, Out* dst) {
+    const int64_t bad = convert_any(dtype_, bin_->data() + byte, n, dst);
+    if (bad >= 0)
+      throw InputError(prefix_ + ".bin", at(byte + bad * isz),
+                       std::string("token id does not fit ") + (sizeof(Out) == 4 ? "int32" : "int64") + " (document " + std::to_string(d) + ")");
+  };
   if (contiguous_) {  // one lookup: the document's first token
     if (offset + count > doc_start_[d + 1] - doc_start_[d])
       throw std::out_of_range(prefix_ + ": read past the end of document " + std::to_string(d));
-    convert_any(dtype_, bin_->data() + (doc_start_[d] + offset) * isz, count, out);
+    copy((doc_start_[d] + offset) * isz, count, out);
     return;
   }
   int64_t q = load<int64_t>(reinterpret_cast<const uint8_t*>(doc_idx_ + d));
@@ -261,13 +300,16 @@ void IndexedDataset::read(int64_t d, int64_t offset, int64_t count, int64_t* out
     }
     int64_t take = std::min(count, len - offset);
     int64_t ptr = load<int64_t>(reinterpret_cast<const uint8_t*>(seq_ptr_ + q));
-    convert_any(dtype_, bin_->data() + ptr + offset * isz, take, out);
+    copy(ptr + offset * isz, take, out);
     out += take;
     count -= take;
     offset = 0;
   }
   if (count > 0) throw std::out_of_range(prefix_ + ": read past the end of document " + std::to_string(d));
 }
+
+void IndexedDataset::read(int64_t d, int64_t offset, int64_t count, int64_t* out) const { read_as(d, offset, count, out); }
+void IndexedDataset::read(int64_t d, int64_t offset, int64_t count, int32_t* out) const { read_as(d, offset, count, out); }
 
 // ---- IndexedDatasetWriter ------------------------------------------------------------------
 

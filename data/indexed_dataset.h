@@ -69,6 +69,7 @@ class IndexedDataset : public TokenSource {
   int64_t document_length(int64_t d) const override { return doc_start_[d + 1] - doc_start_[d]; }
   int64_t num_tokens() const override { return total_tokens_; }
   void read(int64_t d, int64_t offset, int64_t count, int64_t* out) const override;
+  void read(int64_t d, int64_t offset, int64_t count, int32_t* out) const override;
   std::string describe() const override { return prefix_ + ".{idx,bin}"; }
 
  private:
@@ -80,6 +81,8 @@ class IndexedDataset : public TokenSource {
   const int64_t* seq_ptr_ = nullptr;
   const int64_t* doc_idx_ = nullptr;
   const int8_t* modes_ = nullptr;
+  template <typename Out>
+  void read_as(int64_t d, int64_t offset, int64_t count, Out* out) const;
   std::vector<int64_t> doc_start_;  // first token of each document (+ the total), in token order
   bool contiguous_ = false;         // sequences back to back in .bin (what every writer makes)
 };

@@ -138,7 +138,8 @@ std::shared_ptr<const GptSampler::Epoch> GptSampler::epoch(int64_t e) const {
   return ep;
 }
 
-void GptSampler::sample(int64_t k, int64_t* out) const {
+template <typename Out>
+void GptSampler::sample_as(int64_t k, Out* out) const {
   if (k < 0) throw std::out_of_range("GptSampler: negative sample index");
   auto ep = epoch(k / samples_per_epoch_);
   int64_t pos = ep->perm[k % samples_per_epoch_] * seq_len_;
@@ -158,6 +159,9 @@ void GptSampler::sample(int64_t k, int64_t* out) const {
     ++i;
   }
 }
+
+void GptSampler::sample(int64_t k, int64_t* out) const { sample_as(k, out); }
+void GptSampler::sample(int64_t k, int32_t* out) const { sample_as(k, out); }
 
 // ---- BlendedSampler ------------------------------------------------------------------------
 
@@ -207,6 +211,11 @@ std::pair<int, int64_t> BlendedSampler::locate(int64_t i) const {
 }
 
 void BlendedSampler::sample(int64_t i, int64_t* out) const {
+  auto [d, k] = locate(i);
+  samplers_[d]->sample(k, out);
+}
+
+void BlendedSampler::sample(int64_t i, int32_t* out) const {
   auto [d, k] = locate(i);
   samplers_[d]->sample(k, out);
 }
@@ -285,7 +294,8 @@ std::vector<int64_t> DataLoader::next_indices() const {
   return idx;
 }
 
-void DataLoader::next(int64_t* out) {
+template <typename Out>
+void DataLoader::next_as(Out* out) {
   const int64_t row = sampler_->seq_len() + 1;
   for (int64_t i : next_indices()) {
     sampler_->sample(i, out);
@@ -293,6 +303,9 @@ void DataLoader::next(int64_t* out) {
   }
   cursor_.consumed_samples += cfg_.micro_batch_size * cfg_.dp_size;
 }
+
+void DataLoader::next(int64_t* out) { next_as(out); }
+void DataLoader::next(int32_t* out) { next_as(out); }
 
 std::vector<int64_t> DataLoader::next() {
   std::vector<int64_t> out(cfg_.micro_batch_size * (sampler_->seq_len() + 1));

@@ -50,10 +50,13 @@ class GptSampler {
   int64_t samples_per_epoch() const { return samples_per_epoch_; }
   int64_t num_tokens() const { return tokens_; }                 // in this split
   const std::vector<int64_t>& documents() const { return docs_; }  // document ids of the split, ascending
-  // Writes seq_len + 1 tokens.
+  // Writes seq_len + 1 tokens (int64 or int32).
   void sample(int64_t k, int64_t* out) const;
+  void sample(int64_t k, int32_t* out) const;
 
  private:
+  template <typename Out>
+  void sample_as(int64_t k, Out* out) const;
   struct Epoch {
     int64_t index = -1;
     std::vector<int64_t> order, start, perm;  // documents, their first token, sample order
@@ -92,6 +95,7 @@ class BlendedSampler {
   // Which dataset and which of its samples global sample i is.
   std::pair<int, int64_t> locate(int64_t i) const;
   void sample(int64_t i, int64_t* out) const;
+  void sample(int64_t i, int32_t* out) const;
 
  private:
   int64_t seq_len_;
@@ -140,14 +144,18 @@ struct LoaderConfig {
 class DataLoader {
  public:
   DataLoader(std::shared_ptr<const BlendedSampler> sampler, const LoaderConfig& cfg, const DataCursor& cursor);
-  // Fills out[micro_batch_size * (seq_len + 1)], row-major.
+  // Fills out[micro_batch_size * (seq_len + 1)], row-major. The int32 form hands on half the
+  // bytes (the trainer widens on the tensor); both advance the cursor the same way.
   void next(int64_t* out);
+  void next(int32_t* out);
   std::vector<int64_t> next();
   const DataCursor& cursor() const { return cursor_; }
   // Global sample indices of the next batch of this rank (for tests and logging).
   std::vector<int64_t> next_indices() const;
 
  private:
+  template <typename Out>
+  void next_as(Out* out);
   std::shared_ptr<const BlendedSampler> sampler_;
   LoaderConfig cfg_;
   DataCursor cursor_;

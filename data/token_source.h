@@ -1,6 +1,8 @@
-// TokenSource: a tokenized corpus seen as a list of documents of int64 token ids. The
+// TokenSource: a tokenized corpus seen as a list of documents of integer token ids. The
 // Megatron indexed dataset and the HDF5 token store both implement it; the sampler reads
-// through it and does not know which file format is underneath.
+// through it and does not know which file format is underneath. Tokens are handed out as
+// int64 (what torch's index ops and losses take) or int32: half the bytes per token for the
+// loader, enough for any vocabulary (megatron-core stores ids as uint16 or int32 too).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,8 @@ class TokenSource {
   virtual int64_t num_tokens() const = 0;
   // Copies tokens [offset, offset + count) of document `doc` into out.
   virtual void read(int64_t doc, int64_t offset, int64_t count, int64_t* out) const = 0;
+  // The same as int32; throws ac::InputError naming the file when a stored id does not fit.
+  virtual void read(int64_t doc, int64_t offset, int64_t count, int32_t* out) const = 0;
   virtual std::string describe() const = 0;  // for messages: the file(s) it reads
 };
 

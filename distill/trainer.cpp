@@ -286,9 +286,11 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   kd_opts.top_k = cfg.top_k;
   const double ce_w = cfg.distill ? cfg.ce_weight : 1.0;
   const double kd_w = cfg.distill ? cfg.kd_weight : 0.0;
-  auto batch_loss = [&](const std::vector<int64_t>& tokens, LossParts& parts) {
-    torch::Tensor all = torch::from_blob(const_cast<int64_t*>(tokens.data()), {cfg.micro_batch, cfg.seq_len + 1},
-                                         torch::kLong);
+  auto batch_loss = [&](data::DataLoader& batches, LossParts& parts) {
+    // The loader hands on int32 ids (half the bytes of int64); index ops and losses want int64.
+    torch::Tensor ids = torch::empty({cfg.micro_batch, cfg.seq_len + 1}, torch::kInt);
+    batches.next(ids.data_ptr<int32_t>());
+    torch::Tensor all = ids.to(torch::kLong);
     torch::Tensor input = all.narrow(1, 0, cfg.seq_len).contiguous();
     torch::Tensor labels = all.narrow(1, 1, cfg.seq_len).reshape({-1}).contiguous();
     torch::Tensor hidden = student->hidden_states(input);
@@ -372,7 +374,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     // eval_iters global batches (as Megatron): the same samples under any TP x DP x accumulation.
     LossParts parts;
     const int64_t n = cfg.eval_iters * cfg.grad_accum;
-    for (int64_t i = 0; i < n; ++i) batch_loss(eval_loader.next(), parts);
+    for (int64_t i = 0; i < n; ++i) batch_loss(eval_loader, parts);
     const auto m = dp_mean({parts.total / n, parts.kd / n, parts.ce / n});
     return m;
   };
@@ -454,7 +456,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
 
     LossParts parts;
     for (int64_t micro = 0; micro < cfg.grad_accum; ++micro) {
-      torch::Tensor loss = batch_loss(loader.next(), parts);
+      torch::Tensor loss = batch_loss(loader, parts);
       if (step >= nan_first && step < nan_first + nan_count) loss = loss * std::numeric_limits<float>::quiet_NaN();
       (loss / double(cfg.grad_accum)).backward();
     }

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "data/hdf5_store.h"
 #include "data/indexed_dataset.h"
 #include "data/sampler.h"
 #include "test_util.h"
@@ -34,6 +35,10 @@ class VectorSource : public TokenSource {
   void read(int64_t d, int64_t off, int64_t count, int64_t* out) const override {
     ASSERT_LE(off + count, static_cast<int64_t>(docs_[d].size()));
     std::copy(docs_[d].begin() + off, docs_[d].begin() + off + count, out);
+  }
+  void read(int64_t d, int64_t off, int64_t count, int32_t* out) const override {
+    ASSERT_LE(off + count, static_cast<int64_t>(docs_[d].size()));
+    for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(docs_[d][off + i]);
   }
   std::string describe() const override { return "vector"; }
 
@@ -295,6 +300,80 @@ TEST(GptSampler, ReadsMegatronFilesThroughTokenSource) {
     for (int64_t t : buf) total += t >= 0 && t < 50;
   }
   EXPECT_EQ(total, s.samples_per_epoch() * 5);
+}
+
+// The int32 batches the trainer reads are the int64 ones, token for token, from every
+// Megatron dtype and every HDF5 store type, through a blend, on two DP ranks.
+TEST(DataLoader, Int32BatchesEqualInt64Batches) {
+  test::TempDir dir;
+  Rng r(11);
+  std::vector<std::vector<int64_t>> docs(40);
+  for (auto& d : docs) {
+    d.resize(1 + r.below(30));
+    for (auto& t : d) t = static_cast<int64_t>(r.below(120));  // fits every dtype, uint8 included
+  }
+  std::vector<std::pair<std::string, std::shared_ptr<TokenSource>>> sources;
+  for (DType t : {DType::U8, DType::I8, DType::I16, DType::U16, DType::I32, DType::I64, DType::F32, DType::F64}) {
+    const std::string prefix = dir / (std::string("ds_") + dtype_name(t));
+    IndexedDatasetWriter w(prefix, t);
+    for (auto& d : docs) w.add_document(d.data(), d.size());
+    w.finalize();
+    sources.emplace_back(dtype_name(t), open_token_source(prefix));
+  }
+  for (DType t : {DType::U16, DType::I32, DType::I64}) {
+    const std::string path = dir / (std::string("store_") + dtype_name(t) + ".h5");
+    Hdf5StoreOptions o;
+    o.dtype = t;
+    o.chunk_tokens = 64;
+    Hdf5TokenWriter w(path, o);
+    for (auto& d : docs) w.add_document(d.data(), d.size());
+    w.finalize();
+    sources.emplace_back(std::string("h5 ") + dtype_name(t), open_token_source(path));
+  }
+  for (auto& [name, src] : sources) {
+    SCOPED_TRACE(name);
+    auto other = source(30, 5, 1);
+    auto s = std::make_shared<BlendedSampler>(std::vector<BlendEntry>{{src, 0.7}, {other, 0.3}}, 9, 17, kAllTrain, Split::Train);
+    for (int rank = 0; rank < 2; ++rank) {
+      DataLoader a(s, LoaderConfig{3, rank, 2}, DataCursor::start(*s)), b(s, LoaderConfig{3, rank, 2}, DataCursor::start(*s));
+      std::vector<int32_t> narrow(3 * 10);
+      for (int step = 0; step < 25; ++step) {
+        std::vector<int64_t> wide = a.next();
+        b.next(narrow.data());
+        ASSERT_EQ(std::vector<int64_t>(narrow.begin(), narrow.end()), wide) << "step " << step;
+      }
+      EXPECT_EQ(a.cursor().consumed_samples, b.cursor().consumed_samples);
+    }
+  }
+}
+
+// An int64 id that int32 cannot hold is an error naming the file, never a silent wrap.
+TEST(DataLoader, Int32RefusesIdsThatDoNotFit) {
+  test::TempDir dir;
+  std::vector<int64_t> doc{1, 2, int64_t{1} << 33, 4, 5, 6, 7, 8};
+  {
+    IndexedDatasetWriter w(dir / "big", DType::I64);
+    w.add_document(doc.data(), doc.size());
+    w.finalize();
+    Hdf5StoreOptions o;
+    o.dtype = DType::I64;
+    Hdf5TokenWriter h(dir / "big.h5", o);
+    h.add_document(doc.data(), doc.size());
+    h.finalize();
+  }
+  std::vector<int32_t> out(doc.size());
+  std::vector<int64_t> wide(doc.size());
+  for (std::string path : {std::string(dir / "big"), std::string(dir / "big.h5")}) {
+    SCOPED_TRACE(path);
+    auto src = open_token_source(path);
+    src->read(0, 0, doc.size(), wide.data());
+    EXPECT_EQ(wide, doc);
+    src->read(0, 3, 5, out.data());  // the ids after the big one are fine
+    EXPECT_EQ(out[0], 4);
+    const std::string msg = input_error([&] { src->read(0, 0, doc.size(), out.data()); });
+    EXPECT_NE(msg.find("big"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("does not fit int32"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace
