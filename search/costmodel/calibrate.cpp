@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
+#include "dist/communicator.h"
+#include "model/layers/mamba2.h"
 
 namespace ac::search {
 
@@ -26,6 +29,19 @@ double roofline_seconds(const HardwareProfile& hw, const std::string& kind, doub
   const double tc = (flops + c.half) / (hw.peak_flops * c.max);
   const double tm = (bytes + hw.memory.half) / (hw.memory_bandwidth * hw.memory.max);
   return std::max(tc, tm) + hw.kernel_overhead_s;
+}
+
+std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double Q) {
+  const double lp = b * std::ceil(s / Q) * Q;  // tokens padded to whole chunks
+  return {2.0 * lp * H * (Q * (N + P) + 2.0 * P * N), lp * Q * H, lp * H * (P + N), 1.0};
+}
+std::vector<double> mamba_step_features(double b, double H, double P, double N) {
+  return {b * H * P * N, b * H * (P + N), 1.0};
+}
+double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vector<double>& f) {
+  const auto& c = hw.mamba;
+  if (step) return c.step_per_state * f[0] + c.step_per_lin * f[1] + c.step_fixed * f[2];
+  return c.per_flop * f[0] + c.per_quad * f[1] + c.per_lin * f[2] + c.fixed * f[3];
 }
 
 Stopwatch Stopwatch::for_device(const std::string& device) {
@@ -72,6 +88,11 @@ double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatc
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 // Fits t = a * w + c (a, c >= 0) minimising the relative error sum(((a w + c) - t) / t)^2.
 std::pair<double, double> fit_linear(const std::vector<double>& w, const std::vector<double>& t) {
   double sww = 0, sw = 0, s1 = 0, swt = 0, st = 0;
@@ -86,6 +107,53 @@ std::pair<double, double> fit_linear(const std::vector<double>& w, const std::ve
     a = swt / sww;
   }
   return {a, c};
+}
+
+// Non-negative least squares on the relative error, min sum(((X c) - t) / t)^2 with c >= 0,
+// by trying every subset of the (few) features and keeping the best non-negative solution.
+std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& X, const std::vector<double>& t) {
+  const size_t k = X.empty() ? 0 : X[0].size();
+  std::vector<double> best(k, 0.0);
+  double best_err = INFINITY;
+  for (unsigned mask = 1; mask < (1u << k); ++mask) {
+    std::vector<size_t> cols;
+    for (size_t j = 0; j < k; ++j)
+      if (mask & (1u << j)) cols.push_back(j);
+    const size_t m = cols.size();
+    std::vector<std::vector<double>> A(m, std::vector<double>(m + 1, 0.0));  // normal equations
+    for (size_t i = 0; i < X.size(); ++i) {
+      const double q = 1.0 / (t[i] * t[i]);
+      for (size_t a = 0; a < m; ++a) {
+        for (size_t b = 0; b < m; ++b) A[a][b] += q * X[i][cols[a]] * X[i][cols[b]];
+        A[a][m] += q * X[i][cols[a]] * t[i];
+      }
+    }
+    bool ok = true;
+    for (size_t p = 0; p < m && ok; ++p) {  // Gauss-Jordan with partial pivoting
+      size_t piv = p;
+      for (size_t r = p + 1; r < m; ++r)
+        if (std::fabs(A[r][p]) > std::fabs(A[piv][p])) piv = r;
+      std::swap(A[p], A[piv]);
+      if (!(std::fabs(A[p][p]) > 1e-300)) ok = false;
+      for (size_t r = 0; r < m && ok; ++r)
+        if (r != p) {
+          const double f = A[r][p] / A[p][p];
+          for (size_t c = p; c <= m; ++c) A[r][c] -= f * A[p][c];
+        }
+    }
+    if (!ok) continue;
+    std::vector<double> c(k, 0.0);
+    for (size_t a = 0; a < m; ++a) c[cols[a]] = A[a][m] / A[a][a];
+    if (std::any_of(c.begin(), c.end(), [](double v) { return !(v >= 0); })) continue;
+    double err = 0;
+    for (size_t i = 0; i < X.size(); ++i) {
+      double y = 0;
+      for (size_t j = 0; j < k; ++j) y += c[j] * X[i][j];
+      err += (y - t[i]) * (y - t[i]) / (t[i] * t[i]);
+    }
+    if (err < best_err) best_err = err, best = c;
+  }
+  return best;
 }
 
 }  // namespace
@@ -171,6 +239,68 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
         dev, o.min_seconds, clock);
     const double per_tok = Q * (N + H * P) + 4.0 * H * P * N;
     add("scan", "H8 P64 N64 Q128 L" + std::to_string(Lq), per_tok * Lq, 4.0 * Lq * (2 * N + 2 * H * P), s);
+  }
+  // The model's own eager Mamba-2 mixer (model::Mamba2) as an operator microbenchmark at chosen
+  // sizes (one layer, no architecture): a prefill of L tokens into a fresh cache and a decode
+  // step from a filled cache, each minus its two projections timed alone on the same weights
+  // and inputs (those are GEMMs, predicted by the gemm fit). What is left is everything else the
+  // mixer runs (conv, SiLU, dt/A, the chunked SSD scan or its recurrent step on the layouts the
+  // mixer hands it, the gated norm, casts, copies, dispatch), fitted by HardwareProfile::
+  // MambaMixerCost. Sizes vary heads, head dim, state, groups (fewer than heads, as in
+  // Nemotron-H), chunk and length independently; one length is not a whole number of chunks.
+  if (o.device == "cpu") {
+    struct Size { int64_t h, H, P, N, G, Q, L; };
+    const std::vector<Size> sizes =
+        o.quick ? std::vector<Size>{{256, 4, 32, 16, 1, 64, 128}, {512, 8, 64, 64, 2, 128, 512},
+                                    {256, 16, 32, 32, 4, 32, 200}, {384, 8, 32, 128, 4, 64, 128},
+                                    {448, 12, 64, 16, 3, 64, 384}}
+                : std::vector<Size>{{256, 4, 32, 16, 1, 64, 128},   {512, 8, 64, 64, 2, 128, 512},
+                                    {256, 16, 32, 32, 4, 32, 200},  {384, 8, 32, 128, 4, 64, 128},
+                                    {448, 12, 64, 16, 3, 64, 384},  {320, 6, 48, 48, 2, 128, 128},
+                                    {640, 24, 32, 16, 6, 64, 512},  {256, 4, 96, 32, 2, 32, 512},
+                                    {768, 16, 64, 64, 8, 64, 200},  {192, 2, 64, 128, 1, 128, 384},
+                                    {384, 32, 16, 16, 8, 32, 128},  {320, 10, 32, 64, 5, 64, 640}};
+    const int rounds = o.quick ? 1 : 3;
+    std::vector<std::vector<double>> pre(sizes.size()), step(sizes.size());
+    model::TpGroup tp{dist::make_self_communicator()};
+    for (int round = 0; round < rounds; ++round)
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const auto& z = sizes[i];
+        model::MambaSpec ms;
+        ms.num_heads = int(z.H), ms.head_dim = int(z.P), ms.state_size = int(z.N), ms.n_groups = int(z.G);
+        ms.chunk_size = int(z.Q);
+        model::Mamba2 mixer(ms, z.h, 1e-5, tp, dt, "calibration");
+        auto x = torch::randn({1, z.L, z.h}, opt), y = torch::randn({1, z.L, z.H * z.P}, opt);
+        const auto& wi = mixer->in_proj->weight;
+        const auto& wo = mixer->out_proj->weight;
+        const double full = time_it(
+            [&] {
+              model::MambaCache c;
+              (void)mixer->forward(x, &c);
+            },
+            dev, o.min_seconds, clock);
+        const double proj = time_it([&] { (void)torch::nn::functional::linear(x, wi); }, dev, o.min_seconds, clock) +
+                            time_it([&] { (void)torch::nn::functional::linear(y, wo); }, dev, o.min_seconds, clock);
+        pre[i].push_back(full - proj);
+        model::MambaCache c;
+        (void)mixer->forward(x.narrow(1, 0, std::min<int64_t>(z.L, 32)), &c);
+        auto x1 = torch::randn({1, 1, z.h}, opt), y1 = torch::randn({1, 1, z.H * z.P}, opt);
+        const double full1 = time_it([&] { (void)mixer->forward(x1, &c); }, dev, o.min_seconds, clock);
+        const double proj1 = time_it([&] { (void)torch::nn::functional::linear(x1, wi); }, dev, o.min_seconds, clock) +
+                             time_it([&] { (void)torch::nn::functional::linear(y1, wo); }, dev, o.min_seconds, clock);
+        step[i].push_back(full1 - proj1);
+      }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const auto& z = sizes[i];
+      char shape[112];
+      std::snprintf(shape, sizeof shape, "mixer h%lld H%lld P%lld N%lld G%lld Q%lld", (long long)z.h, (long long)z.H,
+                    (long long)z.P, (long long)z.N, (long long)z.G, (long long)z.Q);
+      add("mamba_prefill", std::string(shape) + " L" + std::to_string(z.L) + " minus projections", 0, 0,
+          std::max(1e-7, median(pre[i])));
+      r.points.back().features = mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.Q));
+      add("mamba_step", std::string(shape) + " step minus projections", 0, 0, std::max(1e-7, median(step[i])));
+      r.points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
+    }
   }
   // Memory copies.
   for (int64_t mb : o.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64, 256}) {
@@ -271,9 +401,24 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     EfficiencyCurve e{std::min(1.0, 1.0 / (a * h.peak_flops)), std::max(0.0, c - overhead) / a};
     (std::string(kind) == "attention" ? h.attention : h.scan) = e;
   }
+  for (const char* kind : {"mamba_prefill", "mamba_step"}) {
+    std::vector<std::vector<double>> X;
+    std::vector<double> t;
+    for (const auto& p : r.points)
+      if (p.kind == kind) X.push_back(p.features), t.push_back(p.seconds);
+    if (X.empty()) continue;
+    const std::vector<double> c = fit_nonneg(X, t);
+    if (std::string(kind) == "mamba_prefill")
+      h.mamba.per_flop = c[0], h.mamba.per_quad = c[1], h.mamba.per_lin = c[2], h.mamba.fixed = c[3];
+    else
+      h.mamba.step_per_state = c[0], h.mamba.step_per_lin = c[1], h.mamba.step_fixed = c[2];
+    h.mamba.measured = true;
+  }
   double err = 0;
   for (auto& p : r.points) {
-    p.predicted_s = roofline_seconds(h, p.kind, p.flops, p.bytes, p.rows);
+    p.predicted_s = p.kind == "mamba_prefill" || p.kind == "mamba_step"
+                        ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
+                        : roofline_seconds(h, p.kind, p.flops, p.bytes, p.rows);
     err += std::fabs(p.predicted_s - p.seconds) / p.seconds;
   }
   r.mape = err / double(r.points.size());
@@ -283,9 +428,12 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
 json CalibrationResult::to_json() const {
   json j = hardware_to_json(profile);
   json m = json::array();
-  for (const auto& p : points)
-    m.push_back({{"kind", p.kind}, {"shape", p.shape}, {"flops", p.flops}, {"bytes", p.bytes}, {"seconds", p.seconds},
-                 {"predicted_s", p.predicted_s}});
+  for (const auto& p : points) {
+    json q = {{"kind", p.kind}, {"shape", p.shape}, {"flops", p.flops}, {"bytes", p.bytes}, {"seconds", p.seconds},
+              {"predicted_s", p.predicted_s}};
+    if (!p.features.empty()) q["features"] = p.features;
+    m.push_back(q);
+  }
   j["measurements"] = {{"mape", mape}, {"clock", clock}, {"points", m}};
   return j;
 }

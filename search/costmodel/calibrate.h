@@ -41,6 +41,7 @@ struct CalibrationPoint {
   double flops = 0, bytes = 0, seconds = 0;
   double predicted_s = 0;  // by the fitted profile
   double rows = 0;         // GEMM rows (0: not a GEMM)
+  std::vector<double> features;  // mamba_prefill / mamba_step: the fit's features (MambaMixerCost)
 };
 
 struct CalibrationResult {
@@ -56,5 +57,12 @@ CalibrationResult calibrate(const CalibrationOptions& options);
 // Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
 // `rows`: a GEMM's rows (0: many, no matrix-vector penalty).
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);
+
+// Features of one eager Mamba-2 mixer without its projections (HardwareProfile::MambaMixerCost):
+// prefill {SSD einsum FLOPs, [Q x Q] elements, per-token H (P + N) elements, 1} for b
+// sequences of s tokens; decode step {H P N, H (P + N), 1} per sequence times b (the 1 once).
+std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double Q);
+std::vector<double> mamba_step_features(double b, double H, double P, double N);
+double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vector<double>& features);
 
 }  // namespace ac::search

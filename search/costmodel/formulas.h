@@ -199,9 +199,26 @@ class Evaluator {
       scan_flops = N * (conv_flops + d.m_chunk * (d.m_groups * d.m_state + d.m_heads * d.m_head_dim) + 4.0 * hpn);
       scan_bytes = N * (2.0 * m.conv_dim + 2.0 * m.d_inner + d.m_heads) * g_.abytes + b * hpn * d.m_state_bytes;
     }
-    T mamba = gemm(2.0 * N * h * m.in_proj, h * m.in_proj, N * (h + m.in_proj), N) +
-              op_time<T>(scan_flops, scan_bytes, hw_.scan, one()) + mem_op(3.0 * N * m.d_inner) +
-              gemm(2.0 * N * m.d_inner * h, m.d_inner * h, N * (m.d_inner + h), N) + mem_op(2.0 * N * h);
+    T mamba_base = gemm(2.0 * N * h * m.in_proj, h * m.in_proj, N * (h + m.in_proj), N) +
+                   gemm(2.0 * N * m.d_inner * h, m.d_inner * h, N * (m.d_inner + h), N) + mem_op(2.0 * N * h);
+    T mamba;
+    if (hw_.mamba.measured) {
+      // The mixer's measured cost outside its projections (HardwareProfile::MambaMixerCost;
+      // features as in calibrate.h: conv, scan, gated norm, casts and dispatch included).
+      const auto& c = hw_.mamba;
+      T lin = d.m_heads * (d.m_head_dim + d.m_state);
+      if (decode) {
+        mamba = mamba_base + N * (c.step_per_state * hpn + c.step_per_lin * lin) + c.step_fixed;
+      } else {
+        T lp = O::ceil_st(s / d.m_chunk) * d.m_chunk * b;  // tokens padded to whole chunks
+        mamba = mamba_base +
+                c.per_flop * 2.0 * lp * d.m_heads *
+                    (d.m_chunk * (d.m_state + d.m_head_dim) + 2.0 * d.m_head_dim * d.m_state) +
+                c.per_quad * lp * d.m_chunk * d.m_heads + c.per_lin * lp * lin + c.fixed;
+      }
+    } else {
+      mamba = mamba_base + op_time<T>(scan_flops, scan_bytes, hw_.scan, one()) + mem_op(3.0 * N * m.d_inner);
+    }
     // dense MLP
     T mlp = gemm(2.0 * N * h * d.ffn * d.mlp_mats, h * d.ffn * d.mlp_mats, N * (2.0 * h + d.ffn * d.mlp_mats), N) +
             mem_op(2.0 * N * h);
@@ -225,7 +242,7 @@ class Evaluator {
     const auto& x = e_.extra_ops;
     T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0), latent = d.latent / O::maximum(d.latent, 1.0);
     T ops = d.attn_keep * ((decode ? x.attention_decode : x.attention_prefill) + (g_.rope ? x.rope : 0.0) + x.norm) +
-            d.mamba_keep * ((decode ? x.mamba_decode : x.mamba_prefill) + x.norm) +
+            d.mamba_keep * ((hw_.mamba.measured ? 0.0 : decode ? x.mamba_decode : x.mamba_prefill) + x.norm) +
             d.mlp_keep * (x.mlp + x.norm) + d.moe_keep * (x.moe + x.norm + shared * x.moe_shared + touched * x.moe_expert);
     // Separate GEMM calls of an engine that does not fuse projections: q/k/v (3 for 1),
     // gate/up/down (mats for 1), shared expert, latent pair, every touched expert's matrices.

@@ -141,6 +141,26 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   h.scan = curve(f, eff, "scan");
   h.memory = curve(f, eff, "memory");
   h.elementwise = eff.contains("elementwise") ? curve(f, eff, "elementwise") : h.memory;
+  if (f.has("mamba")) {
+    const json& x = j.at("mamba");
+    if (!x.is_object()) f.fail("mamba", "expected an object of measured Mamba mixer costs");
+    auto& c = h.mamba;
+    const std::pair<const char*, double*> keys[] = {
+        {"per_flop_s", &c.per_flop}, {"per_quad_s", &c.per_quad}, {"per_lin_s", &c.per_lin}, {"fixed_s", &c.fixed},
+        {"step_per_state_s", &c.step_per_state}, {"step_per_lin_s", &c.step_per_lin}, {"step_fixed_s", &c.step_fixed}};
+    for (const auto& [name, ptr] : keys) {
+      if (!x.contains(name)) f.fail(std::string("mamba.") + name, "missing");
+      const json& v = x.at(name);
+      if (!v.is_number() || !(v.get<double>() >= 0)) f.fail(std::string("mamba.") + name, "must be a number >= 0");
+      *ptr = v.get<double>();
+    }
+    for (const auto& [k, v] : x.items()) {
+      bool known = false;
+      for (const auto& [name, ptr] : keys) known = known || k == name;
+      if (!known) f.fail("mamba." + k, "unknown field");
+    }
+    c.measured = true;
+  }
   f.has("comment");
   f.has("measurements");
   f.no_unknown();
@@ -162,6 +182,14 @@ json hardware_to_json(const HardwareProfile& h) {
           {"gemm_rows_half", h.gemm_rows_half},
           {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}, {"elementwise", c(h.elementwise)}}}};
   if (h.threads > 0) j["threads"] = h.threads;
+  if (h.mamba.measured)
+    j["mamba"] = {{"per_flop_s", h.mamba.per_flop},
+                  {"per_quad_s", h.mamba.per_quad},
+                  {"per_lin_s", h.mamba.per_lin},
+                  {"fixed_s", h.mamba.fixed},
+                  {"step_per_state_s", h.mamba.step_per_state},
+                  {"step_per_lin_s", h.mamba.step_per_lin},
+                  {"step_fixed_s", h.mamba.step_fixed}};
   return j;
 }
 

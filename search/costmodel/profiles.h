@@ -30,6 +30,22 @@ struct HardwareProfile {
   // Elementwise arithmetic (norms, gates, residual adds) as a fraction of memory_bandwidth;
   // profiles without it use the memory curve.
   EfficiencyCurve elementwise;
+  // Measured cost of an eager Mamba-2 mixer (model::Mamba2) without its two projections (those
+  // are GEMMs on the gemm curve): conv, SiLU, dt/A, the SSD scan, the gated norm, the casts and
+  // copies, dispatch included. Fitted by `cost calibrate` on the mixer itself at chosen sizes;
+  // absent (measured = false) on profiles of fused-kernel devices, which use the `scan` curve.
+  // Per layer over b sequences of s tokens, heads H, head dim P, state N, chunk Q, Lp = s
+  // rounded up to whole chunks:
+  //   prefill: per_flop x 2 b Lp H (Q (N + P) + 2 P N)   (the SSD einsums)
+  //          + per_quad x b Lp Q H                       (segsum / decay / score [Q x Q] elements)
+  //          + per_lin x b Lp H (P + N)                  (per-token tensors: conv, casts, expanded B/C, norm)
+  //          + fixed
+  //   decode step: step_per_state x b H P N + step_per_lin x b H (P + N) + step_fixed
+  struct MambaMixerCost {
+    bool measured = false;
+    double per_flop = 0, per_quad = 0, per_lin = 0, fixed = 0;
+    double step_per_state = 0, step_per_lin = 0, step_fixed = 0;
+  } mamba;
 };
 
 // How a serving engine sizes memory and batches work.
@@ -55,7 +71,8 @@ struct EngineProfile {
     double norm = 0;                                  // per sublayer: RMSNorm + residual add
     double attention_prefill = 0, attention_decode = 0;
     double rope = 0;                                  // per attention layer with rotary embeddings
-    double mamba_prefill = 0, mamba_decode = 0;
+    double mamba_prefill = 0, mamba_decode = 0;       // not charged when the hardware has a
+                                                      // measured `mamba` mixer cost (it includes them)
     double mlp = 0;                                   // activation ops
     double moe = 0;                                   // router + dispatch
     double moe_shared = 0;                            // with a shared expert

@@ -10,6 +10,8 @@
 #include "dist/error.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/profiles.h"
+#include "dist/communicator.h"
+#include "model/layers/mamba2.h"
 
 using namespace ac::search;
 
@@ -46,6 +48,48 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   const double pred = roofline_seconds(h, "gemm", 2.0 * 256 * 1536 * 1536, 2.0 * (2 * 256 * 1536 + 1536 * 1536));
   EXPECT_GT(pred / s, 1 / 5.0) << pred << " vs " << s;
   EXPECT_LT(pred / s, 5.0) << pred << " vs " << s;
+  // The Mamba mixer cost is measured on the model's own mixer, written and read back, and
+  // predicts a mixer size it was not fitted on (prefill of 256 tokens, projections on the
+  // gemm fit) within a factor of 4.
+  ASSERT_TRUE(h.mamba.measured);
+  EXPECT_TRUE(back.mamba.measured);
+  EXPECT_DOUBLE_EQ(back.mamba.step_fixed, h.mamba.step_fixed);
+  EXPECT_DOUBLE_EQ(back.mamba.per_quad, h.mamba.per_quad);
+  ac::model::MambaSpec ms;
+  ms.num_heads = 8, ms.head_dim = 48, ms.state_size = 32, ms.n_groups = 2, ms.chunk_size = 64;
+  const int64_t hid = 320, T = 256, di = 8 * 48, proj = 2 * di + 2 * 2 * 32 + 8;
+  ac::model::Mamba2 mixer(ms, hid, 1e-5, ac::model::TpGroup{ac::dist::make_self_communicator()}, torch::kBFloat16, "t");
+  auto x = torch::randn({1, T, hid}, torch::kBFloat16);
+  double ms_meas = 1e9;
+  for (int i = 0; i < 5; ++i) {
+    ac::model::MambaCache c;
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)mixer->forward(x, &c);
+    ms_meas = std::min(ms_meas, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double ms_pred =
+      mamba_mixer_seconds(h, false, mamba_prefill_features(1, T, 8, 48, 32, 64)) +
+      roofline_seconds(h, "gemm", 2.0 * T * hid * proj, 2.0 * (T * hid + hid * proj + T * proj), T) +
+      roofline_seconds(h, "gemm", 2.0 * T * di * hid, 2.0 * (T * di + di * hid + T * hid), T);
+  EXPECT_GT(ms_pred / ms_meas, 1 / 4.0) << ms_pred << " vs " << ms_meas;
+  EXPECT_LT(ms_pred / ms_meas, 4.0) << ms_pred << " vs " << ms_meas;
+}
+
+TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
+  nlohmann::json j = hardware_to_json(load_hardware("b200", AC_SOURCE_DIR "/configs"));
+  EXPECT_FALSE(hardware_from_json(j, "b200.json").mamba.measured);  // GPU profiles: the scan curve
+  j["mamba"] = {{"per_flop_s", 1e-11}, {"per_quad_s", 1e-9}, {"per_lin_s", 1e-8}, {"fixed_s", 1e-4},
+                {"step_per_state_s", 1e-9}, {"step_per_lin_s", 1e-8}, {"step_fixed_s", 1e-4}};
+  EXPECT_TRUE(hardware_from_json(j, "x.json").mamba.measured);
+  auto bad = j;
+  bad["mamba"]["fixed_s"] = -1;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  bad = j;
+  bad["mamba"].erase("step_fixed_s");
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  bad = j;
+  bad["mamba"]["per_byte_s"] = 1e-9;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
 }
 
 TEST(CostCalibrate, BadOptions) {

@@ -122,6 +122,26 @@ TEST(DifferentiableCost, EagerEngineTermsAlsoMatch) {
   ArchSpec llama = load_arch(kConfigs + "/models/llama-3-8b.json");
   const DifferentiableCostModel soft_llama(llama, hw, e, w);
   expect_equal(soft_llama(SoftDims{}), predict(llama, hw, e, w), "llama eager");
+  // With a measured Mamba mixer cost (a calibrated CPU profile) the Mamba terms go through the
+  // same template too, with soft Mamba head counts (halved where picked).
+  auto hw_m = hw;
+  hw_m.mamba = {true, 2e-11, 5e-9, 1.6e-8, 2e-4, 9e-10, 8e-8, 1.6e-4};
+  const torch::Tensor pick_m = torch::randint(0, 2, {L}, torch::kLong);
+  SoftDims dm = d;
+  std::vector<double> heads_a(size_t(L), 1.0), heads_b(size_t(L), 1.0);
+  ArchSpec exact_m = exact;
+  for (int64_t i = 0; i < L; ++i)
+    if (const auto& m = base.layers[size_t(i)].mamba) {
+      heads_a[size_t(i)] = m->num_heads, heads_b[size_t(i)] = m->num_heads / 2;
+      auto& em = exact_m.layers[size_t(i)].mamba;
+      if (em && pick_m[i].item<int64_t>()) em->num_heads = m->num_heads / 2;
+    }
+  const torch::Tensor oh = torch::one_hot(pick_m, 2).to(torch::kFloat64);
+  dm.mamba_heads = oh.select(1, 0) * torch::tensor(heads_a, torch::kFloat64) +
+                   oh.select(1, 1) * torch::tensor(heads_b, torch::kFloat64);
+  const DifferentiableCostModel soft_m(base, hw_m, e, w);
+  expect_equal(soft_m(dm), predict(exact_m, hw_m, e, w), "super eager, measured Mamba mixer");
+  EXPECT_NE(predict(exact_m, hw_m, e, w).ttft_s, predict(exact_m, hw, e, w).ttft_s);
   // The extra operators cost time: the same spec is slower on the eager engine than without them.
   auto plain = e;
   plain.extra_ops = {};
