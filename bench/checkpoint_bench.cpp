@@ -1,8 +1,20 @@
-// Checkpoint benchmark (see checkpoint_bench.h). Per repeat: (1) each rank writes its share
-// with plain write() in 64 MiB blocks to its own file and fsyncs (the disk's sequential
-// write bandwidth with this many writers); (2) save_checkpoint of the same bytes as
-// bf16/f32 tensors sharded over the ranks; then reads of both, after dropping the page
-// cache when allowed. Throughput = total bytes / slowest rank's time.
+// Checkpoint benchmark (see checkpoint_bench.h). Each repeat writes the same sharded state
+// four ways, in an order that reverses between repeats (plain, checkpoint, plain
+// write-behind, safetensors; then the other way round):
+//  - plain: each rank write()s its bytes in 64 MiB blocks to a new file of its own, fsyncs,
+//    and deletes its previous file (the disk's sequential write bandwidth with this many
+//    writers, doing the same file-system work as a checkpoint that keeps the last one);
+//  - plain write-behind: the same, but in blocks of --write-behind bytes, each block's
+//    write-back started right after its write() and the previous block waited for and
+//    dropped from the page cache (what save_checkpoint does, SaveOptions::write_behind_bytes);
+//  - checkpoint: save_checkpoint (checksums, fsync, rename, `latest`, keep_last = 1, so it
+//    also deletes its predecessor);
+//  - safetensors: each rank writes its slices with model::write_safetensors_file to a new
+//    file, fsyncs it and deletes its previous one.
+// Then reads of the plain file and of the checkpoint, page cache dropped before each (root),
+// in alternating order. Time = slowest rank; throughput = total bytes / time. The disk of a
+// shared VM swings by 2-3x between runs, so every ratio is the median over repeats of the
+// ratio of the two runs of one repeat (adjacent in time), not a ratio of medians.
 #include "bench/checkpoint_bench.h"
 
 #include <fcntl.h>
@@ -12,10 +24,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <iomanip>
+#include <sstream>
 
 #include "checkpoint/checkpoint.h"
+#include "model/safetensors.h"
 
 namespace fs = std::filesystem;
 
@@ -48,7 +61,70 @@ bool drop_page_cache(MPI_Comm comm, bool enabled) {
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string load_average() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return in ? a + " " + b + " " + c : "unknown";
+}
+
+void fsync_file(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) throw std::runtime_error(p.string() + ": fsync failed");
+  ::close(fd);
+}
+
+// Rank-0 phase times of the plain write (seconds).
+struct PlainPhases {
+  double write = 0, fsync = 0, unlink = 0;
+};
+
+// Writes `state`'s local bytes to a new file `p` in 64 MiB write() calls and fsyncs it,
+// then deletes `previous` (if not empty). With write_behind > 0, in blocks of that size,
+// each block's write-back started after its write() and the block before waited for and
+// dropped from the page cache.
+PlainPhases plain_write(const std::vector<checkpoint::ShardedTensor>& state, const fs::path& p,
+                        const fs::path& previous, int64_t write_behind) {
+  PlainPhases ph;
+  double t = MPI_Wtime();
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw std::runtime_error(p.string() + ": cannot create");
+  int64_t at = 0, prev_at = -1, prev_n = 0;
+  for (const auto& s : state) {
+    const char* q = static_cast<const char*>(s.local.data_ptr());
+    int64_t left = s.local.numel() * s.local.element_size();
+    while (left > 0) {
+      const int64_t block = write_behind > 0 ? write_behind : int64_t(64) << 20;
+      const ssize_t n = ::write(fd, q, static_cast<size_t>(std::min<int64_t>(left, block)));
+      if (n <= 0) throw std::runtime_error(p.string() + ": write failed");
+      if (write_behind > 0) {
+        ::sync_file_range(fd, at, n, SYNC_FILE_RANGE_WRITE);
+        if (prev_at >= 0) {
+          ::sync_file_range(fd, prev_at, prev_n,
+                            SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+          ::posix_fadvise(fd, prev_at, prev_n, POSIX_FADV_DONTNEED);
+        }
+        prev_at = at;
+        prev_n = n;
+      }
+      at += n;
+      q += n;
+      left -= n;
+    }
+  }
+  ph.write = MPI_Wtime() - t;
+  t = MPI_Wtime();
+  if (::fsync(fd) != 0) throw std::runtime_error(p.string() + ": fsync failed");
+  ::close(fd);
+  ph.fsync = MPI_Wtime() - t;
+  t = MPI_Wtime();
+  if (!previous.empty()) fs::remove(previous);
+  ph.unlink = MPI_Wtime() - t;
+  return ph;
 }
 
 }  // namespace
@@ -57,12 +133,14 @@ std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& op
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
+  const std::string load_before = load_average();
   if (rank == 0) fs::create_directories(opt.dir);
   MPI_Barrier(comm);
 
   // The state: tensors of ~tensor_bytes, rows split over ranks, alternating f32 and bf16.
   const int64_t cols = 4096;
   std::vector<checkpoint::ShardedTensor> state;
+  std::vector<std::pair<std::string, torch::Tensor>> named;  // the same slices, for safetensors
   int64_t my_bytes = 0;
   for (int64_t done = 0, i = 0; done < opt.total_bytes; ++i) {
     const auto dt = (i % 2 == 0) ? torch::kBFloat16 : torch::kFloat;
@@ -71,74 +149,165 @@ std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& op
     const int64_t mine = rows / size;
     torch::Tensor local = torch::rand({mine, cols}).to(dt);
     state.push_back({"model/t" + std::to_string(i), {rows, cols}, {mine * rank, 0}, local, true});
+    named.emplace_back(state.back().name, local);
     done += rows * cols * esize;
     my_bytes += mine * cols * esize;
   }
   int64_t total = 0;
   MPI_Allreduce(&my_bytes, &total, 1, MPI_INT64_T, MPI_SUM, comm);
 
-  const fs::path raw = fs::path(opt.dir) / ("raw_rank" + std::to_string(rank) + ".bin");
-  const std::string ckdir = (fs::path(opt.dir) / "ckpt").string();
-  std::vector<double> w_raw, w_ck, r_raw, r_ck;
-  bool dropped = true;
-  for (int rep = 0; rep < opt.repeats; ++rep) {
-    // Like a checkpoint (a new file per step), the baseline writes a new file each time:
-    // rewriting one in place skips the block allocation and ran up to 2.5x faster here.
-    fs::remove(raw);
-    MPI_Barrier(comm);
-    w_raw.push_back(timed(comm, [&] {
-      int fd = ::open(raw.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      for (const auto& t : state) {
-        const char* p = static_cast<const char*>(t.local.data_ptr());
-        int64_t left = t.local.numel() * t.local.element_size();
-        while (left > 0) {
-          const ssize_t n = ::write(fd, p, static_cast<size_t>(std::min<int64_t>(left, int64_t(64) << 20)));
-          if (n <= 0) throw std::runtime_error(raw.string() + ": write failed");
-          p += n;
-          left -= n;
-        }
-      }
-      ::fsync(fd);
-      ::close(fd);
-    }));
-    std::string path;
-    w_ck.push_back(timed(comm, [&] {
-      checkpoint::SaveOptions so;
-      so.keep_last = 1;
-      path = checkpoint::save_checkpoint(comm, ckdir, rep + 1, state, {{"bench", "checkpoint"}}, nullptr, so);
-    }));
-    dropped = drop_page_cache(comm, opt.drop_caches) && dropped;
-    r_raw.push_back(timed(comm, [&] {
-      int fd = ::open(raw.c_str(), O_RDONLY);
-      std::vector<char> buf(size_t(64) << 20);
-      while (::read(fd, buf.data(), buf.size()) > 0) {
-      }
-      ::close(fd);
-    }));
-    dropped = drop_page_cache(comm, opt.drop_caches) && dropped;
-    r_ck.push_back(timed(comm, [&] {
-      checkpoint::CheckpointReader reader(path);
-      for (auto& t : state) {
-        torch::Tensor back = reader.read(t.name, t.offset, t.local.sizes().vec());
-        if (back.numel() != t.local.numel()) throw std::runtime_error("bench: short read");
-      }
-    }));
-  }
-  fs::remove(raw);
-  std::ostringstream os;
-  const double gb = double(total) / 1e9;
-  auto row = [&](const char* what, const std::vector<double>& ours, const std::vector<double>& base) {
-    os << std::left << std::setw(8) << what << std::right << std::fixed << std::setprecision(3) << std::setw(12)
-       << gb / median(ours) << std::setw(14) << gb / median(base) << std::setprecision(2) << std::setw(8)
-       << median(base) / median(ours) << "\n";
+  const std::string tag = "rank" + std::to_string(rank);
+  auto plain_path = [&](int rep) { return fs::path(opt.dir) / ("plain_" + tag + "_" + std::to_string(rep) + ".bin"); };
+  auto wb_path = [&](int rep) { return fs::path(opt.dir) / ("plainwb_" + tag + "_" + std::to_string(rep) + ".bin"); };
+  auto st_path = [&](int rep) {
+    return fs::path(opt.dir) / ("st_" + tag + "_" + std::to_string(rep) + ".safetensors");
   };
-  os << "checkpoint of " << std::setprecision(2) << std::fixed << gb << " GB (" << state.size() << " tensors, bf16+f32), "
-     << size << " rank(s), median of " << opt.repeats << "; GB/s; ratio = checkpoint / plain I/O\n"
-     << (dropped ? "page cache dropped before each read\n" : "page cache NOT dropped (not root?): reads may come from memory\n")
-     << std::left << std::setw(8) << "" << std::right << std::setw(12) << "checkpoint" << std::setw(14) << "plain I/O"
-     << std::setw(8) << "ratio" << "\n";
-  row("write", w_ck, w_raw);
-  row("read", r_ck, r_raw);
+  const std::string ckdir = (fs::path(opt.dir) / "ckpt").string();
+  // Leftovers of an earlier (interrupted) run would change what the deletes cost.
+  if (rank == 0) {
+    for (const auto& e : fs::directory_iterator(opt.dir)) {
+      const std::string f = e.path().filename().string();
+      if (f.rfind("plain", 0) == 0 || f.rfind("st_", 0) == 0 || f == "ckpt") fs::remove_all(e.path());
+    }
+  }
+  MPI_Barrier(comm);
+
+  std::vector<double> w_plain, w_wb, w_ck, w_st, r_plain, r_ck;
+  std::vector<checkpoint::SaveTimings> phases;
+  std::vector<PlainPhases> plain_phases, wb_phases;
+  bool dropped = true;
+  std::string ck_path;
+  for (int rep = 0; rep < opt.repeats; ++rep) {
+    auto plain = [&] {
+      PlainPhases ph;
+      w_plain.push_back(timed(comm, [&] { ph = plain_write(state, plain_path(rep), rep ? plain_path(rep - 1) : "", 0); }));
+      plain_phases.push_back(ph);
+    };
+    auto plain_wb = [&] {
+      PlainPhases ph;
+      w_wb.push_back(timed(comm, [&] { ph = plain_write(state, wb_path(rep), rep ? wb_path(rep - 1) : "", opt.write_behind_bytes); }));
+      wb_phases.push_back(ph);
+    };
+    auto ckpt = [&] {
+      checkpoint::SaveTimings tm;
+      w_ck.push_back(timed(comm, [&] {
+        checkpoint::SaveOptions so;
+        so.keep_last = 1;
+        so.write_behind_bytes = opt.write_behind_bytes;
+        so.timings = &tm;
+        ck_path = checkpoint::save_checkpoint(comm, ckdir, rep + 1, state, {{"bench", "checkpoint"}}, nullptr, so);
+      }));
+      phases.push_back(tm);
+    };
+    auto safetensors = [&] {
+      w_st.push_back(timed(comm, [&] {
+        model::write_safetensors_file(st_path(rep).string(), named);
+        fsync_file(st_path(rep));
+        if (rep > 0) fs::remove(st_path(rep - 1));
+      }));
+    };
+    if (rep % 2 == 0) {
+      plain();
+      ckpt();
+      plain_wb();
+      safetensors();
+    } else {
+      safetensors();
+      plain_wb();
+      ckpt();
+      plain();
+    }
+
+    auto read_plain = [&] {
+      dropped = drop_page_cache(comm, opt.drop_caches) && dropped;
+      r_plain.push_back(timed(comm, [&] {
+        const int fd = ::open(plain_path(rep).c_str(), O_RDONLY);
+        std::vector<char> buf(size_t(64) << 20);
+        while (::read(fd, buf.data(), buf.size()) > 0) {
+        }
+        ::close(fd);
+      }));
+    };
+    auto read_ckpt = [&] {
+      dropped = drop_page_cache(comm, opt.drop_caches) && dropped;
+      r_ck.push_back(timed(comm, [&] {
+        checkpoint::CheckpointReader reader(ck_path);
+        for (auto& t : state) {
+          torch::Tensor back = reader.read(t.name, t.offset, t.local.sizes().vec());
+          if (back.numel() != t.local.numel()) throw std::runtime_error("bench: short read");
+        }
+      }));
+    };
+    if (rep % 2 == 0) {
+      read_plain();
+      read_ckpt();
+    } else {
+      read_ckpt();
+      read_plain();
+    }
+  }
+  MPI_Barrier(comm);
+  if (rank == 0) fs::remove_all(ckdir);
+  fs::remove(plain_path(opt.repeats - 1));
+  fs::remove(wb_path(opt.repeats - 1));
+  fs::remove(st_path(opt.repeats - 1));
+  const std::string load_after = load_average();
+
+  // Per-repeat ratios (ours / baseline as throughput = baseline time / our time).
+  auto ratios = [](const std::vector<double>& ours, const std::vector<double>& base) {
+    std::vector<double> r;
+    for (size_t i = 0; i < ours.size(); ++i) r.push_back(base[i] / ours[i]);
+    return r;
+  };
+  const auto wr = ratios(w_ck, w_plain), wb = ratios(w_ck, w_wb), ws = ratios(w_ck, w_st), rr = ratios(r_ck, r_plain);
+  const double gb = double(total) / 1e9;
+  std::ostringstream os;
+  os << std::fixed;
+  auto gbs = [&](const std::vector<double>& t) { return gb / median(t); };
+  auto list = [&](const std::vector<double>& v) {
+    std::ostringstream l;
+    l << std::fixed << std::setprecision(2);
+    for (double x : v) l << " " << x;
+    return l.str();
+  };
+  os << "checkpoint of " << std::setprecision(2) << gb << " GB (" << state.size() << " tensors, bf16+f32), " << size
+     << " rank(s), " << opt.repeats << " repeats, write-behind " << (opt.write_behind_bytes >> 20)
+     << " MiB; load average before: " << load_before << ", after: " << load_after
+     << "\n"
+     << (dropped ? "page cache dropped before each read\n"
+                 : "page cache NOT dropped (not root?): reads may come from memory\n")
+     << "GB/s = median over repeats; ratio = median over repeats of (checkpoint / other) in the same repeat\n"
+     << std::setprecision(3) << "write: checkpoint " << gbs(w_ck) << ", plain " << gbs(w_plain)
+     << ", plain write-behind " << gbs(w_wb) << ", safetensors " << gbs(w_st) << "\n"
+     << "  ratio to plain " << std::setprecision(2) << median(wr) << " (per repeat:" << list(wr) << ")\n"
+     << "  ratio to plain write-behind " << median(wb) << " (per repeat:" << list(wb) << ")\n"
+     << "  ratio to safetensors " << median(ws) << " (per repeat:" << list(ws) << ")\n"
+     << std::setprecision(3) << "read: checkpoint " << gbs(r_ck) << ", plain " << gbs(r_plain) << "\n"
+     << "  ratio to plain " << std::setprecision(2) << median(rr) << " (per repeat:" << list(rr) << ")\n";
+  auto med = [&](auto field) {
+    std::vector<double> v;
+    for (const auto& p : phases) v.push_back(field(p));
+    return median(v);
+  };
+  auto pmed = [&](auto field, const std::vector<PlainPhases>& from) {
+    std::vector<double> v;
+    for (const auto& p : from) v.push_back(field(p));
+    return median(v);
+  };
+  auto plain_line = [&](const char* what, const std::vector<PlainPhases>& from) {
+    os << what << " write phases, rank 0, median s: write " << pmed([](const PlainPhases& p) { return p.write; }, from)
+       << ", fsync " << pmed([](const PlainPhases& p) { return p.fsync; }, from) << ", unlink "
+       << pmed([](const PlainPhases& p) { return p.unlink; }, from) << "\n";
+  };
+  using T = checkpoint::SaveTimings;
+  os << std::setprecision(3) << "checkpoint save phases, rank 0, median s: plan " << med([](const T& p) { return p.plan; })
+     << ", create " << med([](const T& p) { return p.create; }) << ", crc " << med([](const T& p) { return p.crc; })
+     << ", H5Dwrite " << med([](const T& p) { return p.write; }) << ", close "
+     << med([](const T& p) { return p.close; }) << ", fsync " << med([](const T& p) { return p.fsync; })
+     << ", commit " << med([](const T& p) { return p.commit; }) << ", retention "
+     << med([](const T& p) { return p.retention; }) << "\n";
+  plain_line("plain", plain_phases);
+  plain_line("plain write-behind", wb_phases);
   return rank == 0 ? os.str() : std::string();
 }
 

@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "checkpoint/hdf5_util.h"
 #include "dist/error.h"
@@ -55,10 +57,67 @@ struct DatasetPlan {
   int64_t rounds = 0;  // collective H5Dwrite calls: the most pieces any rank writes
 };
 
-// One contiguous piece this rank writes into a dataset in one collective round.
+// One contiguous piece this rank writes into a dataset (one crc32_slices entry), in
+// collective rounds of up to `sub_rows` rows each.
 struct WriteItem {
   std::vector<int64_t> offset;
   torch::Tensor data;  // contiguous
+  int64_t sub_rows = 0;  // rows per H5Dwrite (dim 0); all rows when the piece is a scalar
+};
+
+// Rows per H5Dwrite for a piece of `rows` rows of `row_bytes` each: about `chunk` bytes
+// (0: the whole piece in one call).
+int64_t rows_per_write(int64_t rows, int64_t row_bytes, int64_t chunk) {
+  if (chunk <= 0 || row_bytes <= 0) return std::max<int64_t>(rows, 1);
+  return std::clamp<int64_t>(chunk / row_bytes, 1, std::max<int64_t>(rows, 1));
+}
+
+// Bounds the page cache a save dirties. After every `batch` bytes written it starts the
+// write-back of those bytes and waits for the previous batch's, whose now clean pages it
+// drops, so the next writes reuse that memory. Without it a 1 GB save dirties 1 GB of
+// freshly allocated page cache, and on a VM whose free memory is handed back to the host
+// (free page reporting) every new page costs a host page fault: writes ran at 0.2-0.3 GB/s
+// into the page cache while the disk took 1.5+ GB/s (docs/benchmarks.md, Checkpoint I/O).
+// Best effort: failures are ignored; the fsync before the rename is what makes it durable.
+class WriteBehind {
+ public:
+  WriteBehind(const fs::path& path, int64_t batch) : batch_(batch) {
+    if (batch > 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  ~WriteBehind() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  WriteBehind(const WriteBehind&) = delete;
+  WriteBehind& operator=(const WriteBehind&) = delete;
+
+  // Records bytes [begin, begin + len) of the file as written (once the write returned).
+  void wrote(int64_t begin, int64_t len) {
+    if (fd_ < 0 || len <= 0) return;
+    current_.emplace_back(begin, len);
+    current_bytes_ += len;
+  }
+  void flush_if_due() {
+    if (fd_ >= 0 && current_bytes_ >= batch_) flush();
+  }
+  // Starts the write-back of the last batch and waits for the one before.
+  void finish() {
+    if (fd_ >= 0) flush();
+  }
+
+ private:
+  void flush() {
+    for (const auto& [b, n] : current_) ::sync_file_range(fd_, b, n, SYNC_FILE_RANGE_WRITE);
+    for (const auto& [b, n] : previous_) {
+      ::sync_file_range(fd_, b, n, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+      ::posix_fadvise(fd_, b, n, POSIX_FADV_DONTNEED);
+    }
+    previous_ = std::move(current_);
+    current_.clear();
+    current_bytes_ = 0;
+  }
+  int fd_ = -1;
+  int64_t batch_ = 0, current_bytes_ = 0;
+  std::vector<std::pair<int64_t, int64_t>> current_, previous_;  // (file offset, bytes)
 };
 
 // Allgathers a JSON value from every rank (as strings of varying length).
@@ -121,9 +180,11 @@ void agree(MPI_Comm comm, const std::string& local_error) {
 // Agrees on the datasets (sorted union of every rank's tensors, with matching shape and
 // dtype) and on what each rank writes: a slice given by several ranks with the same offset
 // and shape (a TP-replicated tensor) is written by the lowest of them only; slices above
-// max_bytes are split along dim 0. Returns the plans; fills `items` with this rank's pieces.
+// max_bytes are split along dim 0, and each piece is written in H5Dwrite rounds of about
+// write_chunk bytes (0: one round per piece). Returns the plans (rounds = the most writes
+// any rank makes); fills `items` with this rank's pieces.
 std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedTensor>& tensors, int64_t max_bytes,
-                                       std::map<std::string, std::vector<WriteItem>>* items) {
+                                       int64_t write_chunk, std::map<std::string, std::vector<WriteItem>>* items) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   nlohmann::json mine = nlohmann::json::array();
@@ -167,19 +228,23 @@ std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedT
           shape.empty() ? 1 : std::min<int64_t>(shape[0], std::max<int64_t>(1, (bytes + max_bytes - 1) / max_bytes));
       auto& c = counts[name];
       c.resize(all.size(), 0);
-      c[r] += pieces;
-      if (int(r) != rank) continue;
-      torch::Tensor data = tensors[i].local.contiguous();
-      const auto off = e[4].get<std::vector<int64_t>>();
       if (shape.empty()) {
-        (*items)[name].push_back({off, data});
+        c[r] += 1;
+        if (int(r) == rank) (*items)[name].push_back({e[4].get<std::vector<int64_t>>(), tensors[i].local.contiguous(), 1});
         continue;
       }
+      const int64_t row_bytes = bytes / shape[0];
       const int64_t rows_per = (shape[0] + pieces - 1) / pieces;
+      torch::Tensor data;
+      if (int(r) == rank) data = tensors[i].local.contiguous();
       for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
-        auto o = off;
+        const int64_t rows = std::min(rows_per, shape[0] - r0);
+        const int64_t sub = rows_per_write(rows, row_bytes, write_chunk);
+        c[r] += (rows + sub - 1) / sub;
+        if (int(r) != rank) continue;
+        auto o = e[4].get<std::vector<int64_t>>();
         o[0] += r0;
-        (*items)[name].push_back({o, data.narrow(0, r0, std::min(rows_per, shape[0] - r0))});
+        (*items)[name].push_back({o, data.narrow(0, r0, rows), sub});
       }
     }
   }
@@ -232,16 +297,40 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
   MPI_Comm_size(comm, &size);
   const fs::path final_path = fs::path(dir) / ("step_" + std::to_string(step) + ".h5");
   const fs::path tmp_path = fs::path(final_path.string() + ".tmp");
+  SaveTimings tm;
+  double t_mark = MPI_Wtime();
+  auto lap = [&](double* into) {  // adds the time since the last lap to *into
+    const double now = MPI_Wtime();
+    *into += now - t_mark;
+    t_mark = now;
+  };
 
   for (const auto& t : tensors) check_slice(t);
   std::map<std::string, std::vector<WriteItem>> items;
-  const auto plans = plan_datasets(comm, tensors, opt.max_bytes_per_write, &items);
+  const auto plans = plan_datasets(comm, tensors, opt.max_bytes_per_write, opt.write_behind_bytes, &items);
 
   // A stale temporary from a crashed save is removed; the previous good files are untouched.
   on_root_then_share(comm, [&] {
     fs::create_directories(dir);
     for (const auto& e : fs::directory_iterator(dir))
       if (e.path().extension() == ".tmp") fs::remove(e.path());
+  });
+  lap(&tm.plan);
+
+  // The CRC32s of this rank's pieces are computed on a second thread while the pieces are
+  // written (both only read the tensors), in the order of the plans and their items.
+  std::vector<torch::Tensor> to_sum;
+  if (opt.checksums)
+    for (const DatasetPlan& p : plans) {
+      auto it = items.find(p.name);
+      if (it != items.end())
+        for (const WriteItem& item : it->second) to_sum.push_back(item.data);
+    }
+  std::future<std::vector<uint64_t>> sums_future = std::async(std::launch::async, [&to_sum] {
+    std::vector<uint64_t> out;
+    out.reserve(to_sum.size());
+    for (const auto& t : to_sum) out.push_back(crc32_of(t));
+    return out;
   });
 
   std::string error;
@@ -258,6 +347,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
     H5Pset_create_intermediate_group(lcpl, 1);
     Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
     H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    WriteBehind behind(tmp_path, opt.write_behind_bytes);
 
     for (const DatasetPlan& p : plans) {
       const std::string ctx = tmp_path.string() + ": dataset " + p.name;
@@ -273,39 +363,70 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
       Handle dset(check(H5Dcreate2(file, p.name.c_str(), ftype, fspace, lcpl, dcpl, H5P_DEFAULT), ctx + ": create"),
                   H5Dclose);
       h5::write_string_attr(dset, "dtype", h5::dtype_name(p.dtype));
+      lap(&tm.create);
 
       const std::vector<WriteItem>& mine = items[p.name];
-      nlohmann::json my_sums = nlohmann::json::array();
+      // This rank's writes: (item, first row, rows); several per item when it is large.
+      std::vector<std::tuple<size_t, int64_t, int64_t>> writes;
+      for (size_t k = 0; k < mine.size(); ++k) {
+        const int64_t rows = dims.empty() ? 1 : mine[k].data.size(0);
+        for (int64_t r0 = 0; r0 < rows; r0 += mine[k].sub_rows)
+          writes.emplace_back(k, r0, std::min(mine[k].sub_rows, rows - r0));
+      }
+      // Bytes of one dim-0 row of the dataset, and where its data starts in the file.
+      int64_t row_stride = static_cast<int64_t>(c10::elementSize(p.dtype));
+      for (size_t d = 1; d < dims.size(); ++d) row_stride *= static_cast<int64_t>(dims[d]);
+      const haddr_t dset_addr = H5Dget_offset(dset);
       for (int64_t round = 0; round < p.rounds; ++round) {
         Handle fsel(H5Dget_space(dset), H5Sclose);
         Handle msel;
         const void* buf = &round;  // any valid pointer when nothing is selected
-        if (round < static_cast<int64_t>(mine.size())) {
-          const WriteItem& item = mine[static_cast<size_t>(round)];
+        if (round < static_cast<int64_t>(writes.size())) {
+          const auto [k, r0, nrows] = writes[static_cast<size_t>(round)];
+          const WriteItem& item = mine[k];
+          torch::Tensor part = dims.empty() ? item.data : item.data.narrow(0, r0, nrows);
           std::vector<hsize_t> start(item.offset.begin(), item.offset.end());
           std::vector<hsize_t> count(dims.size());
-          for (size_t d = 0; d < dims.size(); ++d) count[d] = static_cast<hsize_t>(item.data.size(static_cast<int64_t>(d)));
+          for (size_t d = 0; d < dims.size(); ++d) count[d] = static_cast<hsize_t>(part.size(static_cast<int64_t>(d)));
           if (dims.empty()) {  // a scalar: the whole (one-element) space
             H5Sselect_all(fsel);
             msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
           } else {
+            start[0] += static_cast<hsize_t>(r0);
             check(H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), ctx);
             msel = Handle(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
           }
-          buf = item.data.data_ptr();
-          if (opt.checksums) {
-            std::vector<int64_t> c(count.begin(), count.end());
-            my_sums.push_back({{"offset", item.offset}, {"shape", c}, {"crc32", crc32_of(item.data)}});
-          }
+          buf = part.data_ptr();
         } else {
           H5Sselect_none(fsel);
           msel = Handle(H5Scopy(fsel), H5Sclose);
           H5Sselect_none(msel);
         }
         check(H5Dwrite(dset, ftype, msel, fsel, dxpl, buf), ctx + ": write");
+        if (round < static_cast<int64_t>(writes.size()) && !dims.empty() && dset_addr != HADDR_UNDEF) {
+          const auto [k, r0, nrows] = writes[static_cast<size_t>(round)];
+          const int64_t row = static_cast<int64_t>(mine[k].offset[0]) + r0;
+          behind.wrote(static_cast<int64_t>(dset_addr) + row * row_stride, nrows * row_stride);
+        }
+        behind.flush_if_due();
+        lap(&tm.write);
       }
-      if (opt.checksums) checksums[p.name] = my_sums;
     }
+    behind.finish();
+    lap(&tm.write);
+    if (opt.checksums) {
+      const std::vector<uint64_t> sums = sums_future.get();
+      size_t next = 0;
+      for (const DatasetPlan& p : plans) {
+        auto it = items.find(p.name);
+        if (it == items.end() || it->second.empty()) continue;
+        nlohmann::json my_sums = nlohmann::json::array();
+        for (const WriteItem& item : it->second)
+          my_sums.push_back({{"offset", item.offset}, {"shape", item.data.sizes().vec()}, {"crc32", sums.at(next++)}});
+        checksums[p.name] = my_sums;
+      }
+    }
+    lap(&tm.crc);  // the CRC time not hidden behind the writes
 
     // Root attributes (collective: identical arguments on every rank).
     h5::write_string_attr(file, "format", kFormatName);
@@ -327,6 +448,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
       }
     }
     if (file.close() < 0) throw std::runtime_error(tmp_path.string() + ": close: " + h5::error_stack());
+    lap(&tm.close);
   } catch (const std::exception& e) {
     error = e.what();
     // MPI-IO reports a full disk only as "file write failed": say what is likely.
@@ -340,7 +462,9 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
   // Commit: fsync, rename into place, then move the pointer; drop old checkpoints.
   try {
     on_root_then_share(comm, [&] {
+      lap(&tm.close);  // includes waiting for the slowest rank
       fsync_path(tmp_path, false);
+      lap(&tm.fsync);
       fs::rename(tmp_path, final_path);
       fsync_path(fs::path(dir), true);
       const fs::path latest = fs::path(dir) / "latest";
@@ -354,6 +478,7 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
       fsync_path(latest_tmp, false);
       fs::rename(latest_tmp, latest);
       fsync_path(fs::path(dir), true);
+      lap(&tm.commit);
       if (opt.keep_last > 0) {
         std::vector<std::pair<int64_t, fs::path>> steps;
         const std::regex pat("step_([0-9]+)\\.h5");
@@ -366,11 +491,13 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
         for (size_t i = 0; i + opt.keep_last < steps.size(); ++i)
           if (steps[i].second != final_path) fs::remove(steps[i].second);
       }
+      lap(&tm.retention);
     });
   } catch (...) {
     on_root_then_share(comm, [&] { fs::remove(tmp_path); });
     throw;
   }
+  if (opt.timings) *opt.timings = tm;
   return final_path.string();
 }
 

@@ -26,11 +26,29 @@ struct ShardedTensor {
   bool write = true;                  // false on DP replicas; identical slices of several ranks are written once
 };
 
+// Where a save spent its time on this rank, in seconds (for benchmarks; see bench checkpoint).
+struct SaveTimings {
+  double plan = 0;       // agreeing on datasets and pieces, removing a stale temporary
+  double create = 0;     // H5Fcreate, H5Dcreate2 (space allocation) and dataset attributes
+  double crc = 0;        // waiting for the CRC32s (computed on a second thread during the writes)
+  double write = 0;      // H5Dwrite calls and write-behind waits
+  double close = 0;      // root attributes, checksum attributes, H5Fclose
+  double fsync = 0;      // fsync of the complete temporary file
+  double commit = 0;     // rename, directory fsync, the `latest` pointer
+  double retention = 0;  // deleting checkpoints beyond keep_last
+};
+
 struct SaveOptions {
   int keep_last = 3;                  // older step_*.h5 are deleted after the pointer moves (0: keep all)
   bool checksums = true;              // CRC32 of every written slice, stored per dataset
   int64_t alignment = int64_t(16) << 20;  // H5Pset_alignment for objects of at least this size
   int64_t max_bytes_per_write = int64_t(1) << 30;  // split larger slices (MPI-IO 2 GiB limits)
+  // Write-behind: H5Dwrite calls of about this many bytes, each batch's write-back started
+  // as soon as it is written and its clean pages dropped after the next one, so a save
+  // dirties at most ~2 batches of page cache (0: off, everything goes through the page
+  // cache until the fsync).
+  int64_t write_behind_bytes = int64_t(16) << 20;
+  SaveTimings* timings = nullptr;     // when set, filled with this rank's phase times
 };
 
 // Collective over `comm`. Writes <dir>/step_<step>.h5 (through <dir>/step_<step>.h5.tmp),

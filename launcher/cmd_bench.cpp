@@ -70,6 +70,8 @@ int run_bench_checkpoint(const po::variables_map& vm, RunContext& ctx) {
   opt.total_bytes = parse_size(vm["bytes"].as<std::string>(), "--bytes");
   opt.repeats = vm["repeats"].as<int>();
   opt.drop_caches = !vm["keep-cache"].as<bool>();
+  const std::string wb = vm["write-behind"].as<std::string>();
+  opt.write_behind_bytes = wb == "0" ? 0 : parse_size(wb, "--write-behind");
   if (opt.repeats < 1) throw InputError("command line", "--repeats", "must be >= 1");
   const std::string report = bench::run_checkpoint_bench(ctx.runtime.world(), opt);
   if (ctx.runtime.is_root()) std::cout << report << std::flush;
@@ -77,12 +79,14 @@ int run_bench_checkpoint(const po::variables_map& vm, RunContext& ctx) {
 }
 
 AC_REGISTER_SUBCOMMAND((Subcommand{
-    "bench checkpoint", "checkpoint write/read GB/s vs plain sequential writes+fsync and reads of the same bytes",
+    "bench checkpoint", "checkpoint write/read GB/s vs plain sequential writes+fsync and reads of the same bytes, and vs safetensors writes",
     [](po::options_description& d) {
       d.add_options()("dir", po::value<std::string>()->default_value("runs/bench-checkpoint"), "scratch directory on the disk to measure")(
           "bytes", po::value<std::string>()->default_value("1GiB"), "state size over all ranks")(
-          "repeats", po::value<int>()->default_value(3), "alternating repeats (medians reported)")(
-          "keep-cache", po::bool_switch(), "do not drop the page cache before reads");
+          "repeats", po::value<int>()->default_value(5), "alternating repeats (medians of the per-repeat ratios reported)")(
+          "keep-cache", po::bool_switch(), "do not drop the page cache before reads")(
+          "write-behind", po::value<std::string>()->default_value("16MiB"),
+          "write-behind batch of the checkpoint and of the plain write-behind baseline (0: off)");
     },
     run_bench_checkpoint}));
 

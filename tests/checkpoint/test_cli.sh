@@ -23,7 +23,9 @@ else
   echo "h5py not installed: skipped the h5py read-back"
 fi
 expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" bench checkpoint --dir "$T/bench" --bytes 8MiB --repeats 1 --keep-cache
-expect_out "ratio = checkpoint / plain I/O"
-expect_out "^write "
-expect_out "^read "
+expect_out "ratio = median over repeats of (checkpoint / other)"
+expect_out "^write: checkpoint [0-9.]*, plain [0-9.]*, plain write-behind [0-9.]*, safetensors [0-9.]*$"
+expect_out "^  ratio to safetensors [0-9]"
+expect_out "^read: checkpoint [0-9.]*, plain [0-9.]*$"
+expect_out "^checkpoint save phases"
 echo PASS
