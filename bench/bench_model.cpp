@@ -4,7 +4,9 @@
 //
 //   bench_model --model DIR [--dtype float32|bfloat16] [--batch 2] [--seq 256]
 //               [--threads 1] [--iters 5] [--warmup 1] [--ids FILE.safetensors]
+//               [--profile TRACE.json]   (one extra fwd+bwd step under the autograd profiler)
 // Prints one JSON line: {"fwd_tokens_per_s": ..., "fwdbwd_tokens_per_s": ..., ...}.
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "dist/error.h"
+#include "dist/omp_env.h"
 #include "model/arch_spec.h"
 #include "model/hf_import.h"
 
@@ -27,12 +30,13 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ac::dist::default_passive_omp_wait(argc, argv);  // as the autocompress launcher does
   std::map<std::string, std::string> a = {{"--dtype", "float32"}, {"--batch", "2"}, {"--seq", "256"},
                                           {"--threads", "1"},      {"--iters", "5"},  {"--warmup", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
   if (!a.count("--model")) {
     std::cerr << "usage: bench_model --model DIR [--dtype float32|bfloat16] [--batch B] [--seq T] "
-                 "[--threads N] [--iters N] [--warmup N] [--ids FILE]\n";
+                 "[--threads N] [--iters N] [--warmup N] [--ids FILE] [--profile TRACE.json]\n";
     return 2;
   }
   try {
@@ -71,9 +75,14 @@ int main(int argc, char** argv) {
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < iters; ++i) step();
     fwdbwd = seconds_since(t0) / iters;
+    if (a.count("--profile")) {  // one more fwd+bwd step under the autograd profiler (chrome trace)
+      torch::autograd::profiler::RecordProfile guard(a["--profile"]);
+      step();
+    }
     nlohmann::json out = {{"impl", "autocompress"},
                           {"dtype", a["--dtype"]},
                           {"threads", torch::get_num_threads()},
+                          {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""},
                           {"tokens", tokens},
                           {"params", model->logical_parameter_count()},
                           {"fwd_s", fwd},

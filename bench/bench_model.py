@@ -7,6 +7,8 @@ threads and input ids, measured in one run; prints tokens/s and the ratio C++ / 
 Models (random weights, created here with transformers): ~21M dense LlamaForCausalLM and a
 ~21M NemotronH hybrid (Mamba-2, attention, squared-ReLU MLP, MoE). dtypes float32, bfloat16.
 Needs pip torch + transformers + safetensors (not used by CI).
+bench_model, like the autocompress launcher, re-executes itself with OMP_WAIT_POLICY=PASSIVE
+when the variable is unset (dist/omp_env.h); AC_NO_REEXEC=1 measures libgomp's default instead.
 """
 import argparse
 import json
@@ -74,6 +76,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     rows = []
+    wait_policy = "?"
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models:
             torch.manual_seed(0)
@@ -101,6 +104,7 @@ def main():
                     res = json.loads(out.strip().splitlines()[-1])
                     best["cpp_fwd"] = max(best["cpp_fwd"], res["fwd_tokens_per_s"])
                     best["cpp_fwdbwd"] = max(best["cpp_fwdbwd"], res["fwdbwd_tokens_per_s"])
+                    wait_policy = res.get("omp_wait_policy", "?")
                 row = dict(model=name, params=nparams, dtype=dtype, tokens=tok, **best)
                 row["ratio_fwd"] = row["cpp_fwd"] / row["torch_fwd"]
                 row["ratio_fwdbwd"] = row["cpp_fwdbwd"] / row["torch_fwdbwd"]
@@ -109,7 +113,8 @@ def main():
                       f"C++ {row['cpp_fwd']:8.0f} ratio {row['ratio_fwd']:.2f} | fwd+bwd tok/s: torch "
                       f"{row['torch_fwdbwd']:8.0f} C++ {row['cpp_fwdbwd']:8.0f} ratio {row['ratio_fwdbwd']:.2f}", flush=True)
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, threads {a.threads}, "
-          f"batch {a.batch} x seq {a.seq}")
+          f"batch {a.batch} x seq {a.seq}; OMP_WAIT_POLICY: PyTorch process "
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, bench_model {wait_policy or 'unset'}")
     return 0
 
 

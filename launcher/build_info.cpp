@@ -2,6 +2,7 @@
 #include "launcher/build_info.h"
 
 #include <ATen/Parallel.h>
+#include <cstdlib>
 #include <hdf5.h>
 #include <mpi.h>
 #include <torch/cuda.h>
@@ -35,7 +36,9 @@ nlohmann::json build_features() {
   j["cuda"] = {{"toolkit", std::string(AC_CUDA_TOOLKIT_VERSION)},
                {"torch_cuda_available", torch::cuda::is_available()},
                {"devices", torch::cuda::is_available() ? torch::cuda::device_count() : 0}};
-  j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()}};
+  const char* wait = std::getenv("OMP_WAIT_POLICY");  // set by the launcher unless the user did
+  j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
+                  {"omp_wait_policy", wait ? std::string(wait) : std::string()}};
   return j;
 }
 

@@ -84,7 +84,10 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
     row("CUDA", "toolkit " + (f["cuda"]["toolkit"].get<std::string>().empty() ? std::string("none") : f["cuda"]["toolkit"].get<std::string>()) +
                     "; LibTorch sees " + std::to_string(f["cuda"]["devices"].get<int64_t>()) + " CUDA device(s)");
     row("Threads", "intra-op " + std::to_string(f["threads"]["intra_op"].get<int>()) + ", inter-op " +
-                       std::to_string(f["threads"]["inter_op"].get<int>()));
+                       std::to_string(f["threads"]["inter_op"].get<int>()) + ", OMP_WAIT_POLICY " +
+                       (f["threads"]["omp_wait_policy"].get<std::string>().empty()
+                            ? std::string("unset")
+                            : f["threads"]["omp_wait_policy"].get<std::string>()));
     row("World", std::to_string(rt.world_size()) + " rank(s), " + std::to_string(rt.local_size()) +
                      " on this node (local rank from " + rt.local_rank_source() + "), device " + rt.device());
     std::cout << "\nRank grid: TP " << grid.tp << " x DP " << grid.dp << " = " << grid.world

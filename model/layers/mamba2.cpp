@@ -9,18 +9,13 @@ namespace F = torch::nn::functional;
 using torch::indexing::Slice;
 
 namespace {
-// segsum(a)[..., i, j] = sum_{j < s <= i} a[..., s] for j <= i, -inf above the diagonal.
-torch::Tensor segsum(const torch::Tensor& a) {
-  const int64_t T = a.size(-1);
-  auto sizes = a.sizes().vec();
-  sizes.push_back(T);
-  auto x = a.unsqueeze(-1).expand(sizes);
-  auto bool_opts = torch::TensorOptions().dtype(torch::kBool).device(a.device());
-  auto strict = torch::ones({T, T}, bool_opts).tril(-1);
-  x = x.masked_fill(strict.logical_not(), 0.0);
-  auto s = torch::cumsum(x, -2);
-  auto incl = torch::ones({T, T}, bool_opts).tril(0);
-  return s.masked_fill(incl.logical_not(), -std::numeric_limits<float>::infinity());
+// exp(segsum(a))[..., i, j] = exp(sum_{j < s <= i} a[..., s]) for j <= i, 0 above the diagonal,
+// from the inclusive cumulative sum cs of a: exp(cs_i - cs_j) (what the fused Mamba-2 kernels
+// compute too). One subtraction, one masked fill and one exp, on [..., T, T].
+torch::Tensor exp_segsum(const torch::Tensor& cs) {
+  const int64_t T = cs.size(-1);
+  auto upper = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(cs.device())).triu(1);
+  return (cs.unsqueeze(-1) - cs.unsqueeze(-2)).masked_fill(upper, -std::numeric_limits<float>::infinity()).exp();
 }
 
 torch::Tensor expand_groups(const torch::Tensor& bc, int64_t heads) {  // [B,L,G,N] -> [B,L,H,N]
@@ -29,18 +24,24 @@ torch::Tensor expand_groups(const torch::Tensor& bc, int64_t heads) {  // [B,L,G
 }
 }  // namespace
 
+// Chunked SSD with heads split as H = G x R (R heads share one B/C group): the C.B^T scores are
+// computed once per group, not per head, and B/C are never repeated over heads. Per chunk of l
+// positions (b batch, c chunk, g group, r head in group, p head dim, n state):
+//   Y_diag[l] = sum_s (C_l . B_s) exp(cs_l - cs_s) dt_s x_s             (within the chunk)
+//   S_c       = sum_l exp(cs_last - cs_l) dt_l x_l B_l^T                 (chunk's own state)
+//   S'_c      = sum_{z <= c} exp(segment decay z..c) S_z  (S_0: initial) (across chunks)
+//   Y_off[l]  = exp(cs_l) C_l . S'_{c-1}                                  (carried-in state)
 std::pair<torch::Tensor, torch::Tensor> ssd_chunked_scan(
     const torch::Tensor& x0, const torch::Tensor& dt0, const torch::Tensor& A0, const torch::Tensor& B0,
     const torch::Tensor& C0, const torch::Tensor& D, int64_t chunk, const torch::Tensor& initial) {
   const int64_t b = x0.size(0), L = x0.size(1), H = x0.size(2), P = x0.size(3);
-  const int64_t N = B0.size(3);
+  const int64_t G = B0.size(2), N = B0.size(3), R = H / G;
   auto x = x0.to(torch::kFloat32);
   auto dt = dt0.to(torch::kFloat32);
-  auto Bm = expand_groups(B0.to(torch::kFloat32), H);
-  auto Cm = expand_groups(C0.to(torch::kFloat32), H);
+  auto Bm = B0.to(torch::kFloat32);
+  auto Cm = C0.to(torch::kFloat32);
   const int64_t pad = (chunk - L % chunk) % chunk;
-  auto D_res = D.defined() ? D.to(torch::kFloat32).view({1, 1, H, 1}) * x : torch::Tensor();
-  auto xd = x * dt.unsqueeze(-1);
+  auto xd = x * dt.unsqueeze(-1);                         // [b, L, H, P]
   auto Ad = A0.to(torch::kFloat32).view({1, 1, H}) * dt;  // [b, L, H]
   if (pad) {
     xd = F::pad(xd, F::PadFuncOptions({0, 0, 0, 0, 0, pad}));
@@ -48,37 +49,36 @@ std::pair<torch::Tensor, torch::Tensor> ssd_chunked_scan(
     Bm = F::pad(Bm, F::PadFuncOptions({0, 0, 0, 0, 0, pad}));
     Cm = F::pad(Cm, F::PadFuncOptions({0, 0, 0, 0, 0, pad}));
   }
-  const int64_t c = (L + pad) / chunk;
-  xd = xd.view({b, c, chunk, H, P});
-  Bm = Bm.view({b, c, chunk, H, N});
-  Cm = Cm.view({b, c, chunk, H, N});
-  auto A = Ad.view({b, c, chunk, H}).permute({0, 3, 1, 2});  // [b, H, c, l]
-  auto A_cumsum = torch::cumsum(A, -1);
+  const int64_t c = (L + pad) / chunk, l = chunk;
+  // [b, c, g, r, l, p] / [b, c, g, l, n]: batched-matmul layouts for the contractions below.
+  auto xs = xd.view({b, c, l, G, R, P}).permute({0, 1, 3, 4, 2, 5});
+  auto Bs = Bm.view({b, c, l, G, N}).permute({0, 1, 3, 2, 4});
+  auto Cs = Cm.view({b, c, l, G, N}).permute({0, 1, 3, 2, 4});
+  auto cs = torch::cumsum(Ad.view({b, c, l, G, R}).permute({0, 1, 3, 4, 2}), -1);  // [b, c, g, r, l]
 
   // 1. within-chunk (diagonal blocks)
-  auto Lmat = torch::exp(segsum(A));                                    // [b, H, c, l, s]
-  auto G = torch::einsum("bclhn,bcshn->bclsh", {Cm, Bm});                // [b, c, l, s, H]
-  auto M = G * Lmat.permute({0, 2, 3, 4, 1});
-  auto Y_diag = torch::einsum("bclsh,bcshp->bclhp", {M, xd});
+  auto CB = torch::matmul(Cs, Bs.transpose(-1, -2)).unsqueeze(3);   // [b, c, g, 1, l, s]
+  auto Y_diag = torch::matmul(CB * exp_segsum(cs), xs);              // [b, c, g, r, l, p]
   // 2. state at the end of each chunk
-  auto decay_states = torch::exp(A_cumsum.index({Slice(), Slice(), Slice(), Slice(-1, torch::indexing::None)}) - A_cumsum);
-  auto B_decay = Bm * decay_states.permute({0, 2, 3, 1}).unsqueeze(-1);
-  auto states = torch::einsum("bclhn,bclhp->bchpn", {B_decay, xd});      // [b, c, H, P, N]
-  // 3. recurrence across chunks
-  auto init = initial.defined() ? initial.to(torch::kFloat32).unsqueeze(1)
-                                : torch::zeros({b, 1, H, P, N}, x.options());
-  states = torch::cat({init, states}, 1);
-  auto last = A_cumsum.index({Slice(), Slice(), Slice(), -1});           // [b, H, c]
-  auto decay_chunk = torch::exp(segsum(F::pad(last, F::PadFuncOptions({1, 0})))).transpose(1, 3);  // [b, z, c, H]
-  auto new_states = torch::einsum("bzch,bzhpn->bchpn", {decay_chunk, states});
-  auto final_state = new_states.select(1, c);
-  states = new_states.narrow(1, 0, c);
+  auto decay_states = torch::exp(cs.narrow(-1, l - 1, 1) - cs);     // [b, c, g, r, l]
+  auto xdec = (xs * decay_states.unsqueeze(-1)).transpose(-1, -2).reshape({b, c, G, R * P, l});
+  auto states = torch::matmul(xdec, Bs);                             // [b, c, g, r*p, n]
+  // 3. recurrence across chunks (c + 1 states: the initial one, then one per chunk)
+  auto init = initial.defined() ? initial.to(torch::kFloat32).reshape({b, 1, G, R * P, N})
+                                : torch::zeros({b, 1, G, R * P, N}, x.options());
+  states = torch::cat({init, states}, 1).view({b, c + 1, H, P * N});
+  auto last = cs.select(-1, l - 1).reshape({b, c, H}).transpose(1, 2);                  // [b, H, c]
+  auto decay_chunk = exp_segsum(torch::cumsum(F::pad(last, F::PadFuncOptions({1, 0})), -1));  // [b, H, z', z]
+  auto new_states = torch::matmul(decay_chunk, states.transpose(1, 2));                // [b, H, c+1, P*N]
+  auto final_state = new_states.select(2, c).view({b, H, P, N});
+  auto carried = new_states.narrow(2, 0, c).transpose(1, 2).reshape({b, c, G, R * P, N});
   // 4. output from the carried-in state
-  auto state_decay_out = torch::exp(A_cumsum);                           // [b, H, c, l]
-  auto C_states = torch::einsum("bclhn,bchpn->bclhp", {Cm, states});
-  auto Y_off = C_states * state_decay_out.permute({0, 2, 3, 1}).unsqueeze(-1);
-  auto y = (Y_diag + Y_off).reshape({b, c * chunk, H, P}).narrow(1, 0, L);
-  if (D_res.defined()) y = y + D_res;
+  auto Y_off = torch::matmul(Cs, carried.transpose(-1, -2))          // [b, c, g, l, r*p]
+                   .view({b, c, G, l, R, P})
+                   .permute({0, 1, 2, 4, 3, 5}) *
+               torch::exp(cs).unsqueeze(-1);                         // [b, c, g, r, l, p]
+  auto y = (Y_diag + Y_off).permute({0, 1, 4, 2, 3, 5}).reshape({b, c * l, H, P}).narrow(1, 0, L);
+  if (D.defined()) y = y + D.to(torch::kFloat32).view({1, 1, H, 1}) * x;
   return {y, final_state};
 }
 
@@ -191,7 +191,12 @@ torch::Tensor Mamba2Impl::forward(const torch::Tensor& u, MambaCache* cache) {
   auto full = torch::cat({left, xBC}, 2);
   if (cache) cache->conv_state = full.narrow(2, full.size(2) - (K - 1), K - 1).detach().clone();
   auto conv = F::conv1d(full, conv1d->weight, F::Conv1dFuncOptions().bias(conv1d->bias).groups(conv_dim_));
-  conv = torch::silu(conv).transpose(1, 2);  // [b, T, C]
+  // SiLU in fp32 on a contiguous [b, T, C] copy (one pass: transpose + cast). The scan wants
+  // fp32 anyway; LibTorch 1.13's bf16 silu backward is several times slower than fp32, and its
+  // silu backward on a gradient whose strides differ from the input's (what a transpose after
+  // the silu gives) is ~10x slower again.
+  conv = torch::silu(conv.transpose(1, 2).to(torch::TensorOptions().dtype(torch::kFloat32), false, false,
+                                              torch::MemoryFormat::Contiguous));  // [b, T, C]
   auto xbc = conv.split_with_sizes({d_inner_, groups_ * N, groups_ * N}, -1);
   auto x = xbc[0].reshape({b, T, heads_, P});
   auto Bm = xbc[1].reshape({b, T, groups_, N});

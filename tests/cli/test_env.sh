@@ -78,4 +78,25 @@ expect_out "missing.cfg: --config: cannot open"
 printf 'tp = two\n' >"$T/bad3.cfg"
 expect_rc 2 "$AC_BIN" env --config "$T/bad3.cfg"
 expect_out "tp"
+# OMP_WAIT_POLICY: PASSIVE by default (the launcher re-executes itself with it before
+# MPI_Init), a value the user set is kept, AC_NO_REEXEC=1 turns the re-exec off; under
+# mpirun the re-executed ranks still form the job.
+# (Not for single-threaded runs: this suite's OMP_NUM_THREADS=1 keeps the default.)
+expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY PASSIVE"
+expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC -u OMP_NUM_THREADS "$AC_BIN" env
+if [ "$(nproc)" -gt 1 ]; then expect_out "OMP_WAIT_POLICY PASSIVE"; fi
+expect_rc 0 env -u AC_NO_REEXEC OMP_WAIT_POLICY=ACTIVE OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY ACTIVE"
+expect_rc 0 env -u OMP_WAIT_POLICY AC_NO_REEXEC=1 OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY unset"
+expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY unset"
+expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC OMP_NUM_THREADS=2 $MPIEXEC -n 2 "$AC_BIN" env --json
+python3 -c "
+import json
+d = json.load(open('$T/out'))
+assert d['layout']['world_size'] == 2, d['layout']
+assert d['build']['threads']['omp_wait_policy'] == 'PASSIVE', d['build']['threads']
+" || fail "env --json under 2 re-executed ranks"
 echo PASS
