@@ -269,8 +269,16 @@ class Evaluator {
     MambaWidths<T> m = mamba_widths(d);
     T tp = O::ceil_st(t / d.m_chunk) * d.m_chunk;  // padded to whole chunks
     T hp = d.m_heads * d.m_head_dim;
-    T mamba = t * (m.in_proj + 2.0 * m.conv_dim + m.conv_dim) * a +
-              tp * 4.0 * (4.0 * d.m_chunk * d.m_heads + 6.0 * hp + 2.0 * d.m_heads * d.m_state);
+    // Mamba (model/layers/mamba2.cpp since 73d889c): in_proj output and the conv input in the
+    // activation dtype; the fp32 SiLU(conv) output, dt x, contiguous B/C, the per-chunk states
+    // (before and after the recurrence: H P N per chunk); then the larger of the within-chunk step
+    // (exp-segsum's three [Q x Q] per-head temporaries or the decay-weighted scores with the
+    // per-group C.B^T, x and Y_diag) and the output step (Y_diag, Y_off and its product, sum, copy).
+    T gq = d.m_groups * d.m_chunk;
+    T mamba = t * (m.in_proj + m.conv_dim) * a +
+              tp * 4.0 * (m.conv_dim + hp + 2.0 * d.m_groups * d.m_state + 2.0 * hp * d.m_state / d.m_chunk +
+                          O::maximum(O::maximum(3.0 * d.m_chunk * d.m_heads + gq, 2.0 * d.m_chunk * d.m_heads + gq + 2.0 * hp),
+                                     5.0 * hp));
     T mlp = t * (d.mlp_mats + 1.0) * d.ffn * a;
     T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0);
     T moe = t * (d.moe_width * (4.0 + a) + 12.0 * d.experts) + t * (d.moe_mats + 1.0) * d.shared_ffn * a +
