@@ -43,6 +43,15 @@ constexpr bool needs_range_check() {
   return std::is_floating_point_v<T> || sizeof(T) > sizeof(Out);
 }
 
+// Whether v lies in Out's range (false for NaN). For a float, the upper bound is -min =
+// 2^(bits-1), exact in float and double, and excluded: max itself rounds up to it.
+template <typename Out, typename T>
+bool in_range(T v) {
+  constexpr T lo = static_cast<T>(std::numeric_limits<Out>::min());
+  if constexpr (std::is_floating_point_v<T>) return v >= lo && v < -lo;
+  else return v >= lo && v <= static_cast<T>(std::numeric_limits<Out>::max());
+}
+
 // Converts n items of T at src to Out. Returns the index of the first item out of Out's
 // range, or -1.
 template <typename T, typename Out>
@@ -59,15 +68,13 @@ int64_t convert(const uint8_t* src, int64_t n, Out* out) {
       for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(p[i]);
       if constexpr (needs_range_check<T, Out>()) {
         for (int64_t i = 0; i < n; ++i)
-          if (!(p[i] >= static_cast<T>(std::numeric_limits<Out>::min()) && p[i] <= static_cast<T>(std::numeric_limits<Out>::max())))
-            return i;
+          if (!in_range<Out>(p[i])) return i;
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
         const T v = load<T>(src + i * sizeof(T));
         if constexpr (needs_range_check<T, Out>()) {
-          if (!(v >= static_cast<T>(std::numeric_limits<Out>::min()) && v <= static_cast<T>(std::numeric_limits<Out>::max())))
-            return i;
+          if (!in_range<Out>(v)) return i;
         }
         out[i] = static_cast<Out>(v);
       }

@@ -210,15 +210,6 @@ std::pair<int, int64_t> BlendedSampler::locate(int64_t i) const {
   }
 }
 
-void BlendedSampler::sample(int64_t i, int64_t* out) const {
-  auto [d, k] = locate(i);
-  samplers_[d]->sample(k, out);
-}
-
-void BlendedSampler::sample(int64_t i, int32_t* out) const {
-  auto [d, k] = locate(i);
-  samplers_[d]->sample(k, out);
-}
 
 // ---- DataCursor ----------------------------------------------------------------------------
 

@@ -94,10 +94,15 @@ class BlendedSampler {
   const GptSampler& dataset(size_t d) const { return *samplers_[d]; }
   // Which dataset and which of its samples global sample i is.
   std::pair<int, int64_t> locate(int64_t i) const;
-  void sample(int64_t i, int64_t* out) const;
-  void sample(int64_t i, int32_t* out) const;
+  void sample(int64_t i, int64_t* out) const { sample_as(i, out); }
+  void sample(int64_t i, int32_t* out) const { sample_as(i, out); }
 
  private:
+  template <typename Out>
+  void sample_as(int64_t i, Out* out) const {
+    auto [d, k] = locate(i);
+    samplers_[d]->sample(k, out);
+  }
   int64_t seq_len_;
   uint64_t seed_;
   Split which_;

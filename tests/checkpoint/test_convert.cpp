@@ -218,6 +218,27 @@ TEST(HfImport, BadHuggingFaceDirectoriesNameTheFile) {
   EXPECT_FALSE(fs::exists(dir + "/out/latest"));  // nothing half-written
 }
 
+// On rank 0: builds a student from `s` with weights from `seed`, saves it as a checkpoint at
+// dir/student (step `step`), exports it to dir/hf as f32 safetensors, and hands back its
+// logits on `ids` and the exported config.json. The other ranks wait at the end.
+void export_student(const model::ArchSpec& s, const std::string& dir, uint64_t seed, int64_t step,
+                    const torch::Tensor& ids, const std::function<void(const nlohmann::json&)>& check_root,
+                    torch::Tensor* want) {
+  on_root([&] {
+    model::CausalLM m(s, model::TpGroup{dist::make_self_communicator()});
+    m->init_weights(seed);
+    {
+      torch::NoGradGuard ng;
+      *want = m->forward(ids);
+    }
+    checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/student", step, checkpoint::model_tensors(m, true),
+                                {{"arch_spec", model::arch_to_json(s)}});
+    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32);
+    std::ifstream in(dir + "/hf/config.json");
+    check_root(nlohmann::json::parse(in));
+  });
+}
+
 TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
   // A pruned Nemotron-H student: every layer kind with its own dimensions.
   model::ArchSpec s = model::load_arch(fixture("nemotron_h") + "/config.json");  // M*-EM-E
@@ -231,22 +252,11 @@ TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
   torch::manual_seed(11);
   const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 9});
   torch::Tensor want;
-  on_root([&] {
-    model::CausalLM m(s, model::TpGroup{dist::make_self_communicator()});
-    m->init_weights(17);
-    {
-      torch::NoGradGuard ng;
-      want = m->forward(ids);
-    }
-    checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/student", 5, checkpoint::model_tensors(m, true),
-                                {{"arch_spec", model::arch_to_json(s)}});
-    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32);
-    std::ifstream in(dir + "/hf/config.json");
-    const auto config = nlohmann::json::parse(in);
+  export_student(s, dir, 17, 5, ids, [](const nlohmann::json& config) {
     ASSERT_TRUE(config.contains("per_layer_config")) << config.dump(2);
     EXPECT_EQ(config["per_layer_config"].value("5", nlohmann::json::object()).value("intermediate_size", 0), 32)
         << config.dump(2);  // the globals take the most common value, layer 5 differs
-  });
+  }, &want);
   checkpoint::ImportOptions opt;
   opt.tp = world_size() >= 2 ? 2 : 1;
   const auto back = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/back", opt);
@@ -256,7 +266,9 @@ TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
     return model::arch_to_json(t).dump();
   }());
   const torch::Tensor got = checkpoint_logits(back.path, ids);
-  if (world_rank() == 0) EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+  if (world_rank() == 0) {
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+  }
 }
 
 TEST(HfImport, SkippedNemotronLayersAreLeftOutOfTheExport) {
@@ -268,27 +280,18 @@ TEST(HfImport, SkippedNemotronLayersAreLeftOutOfTheExport) {
   torch::manual_seed(12);
   const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 9});
   torch::Tensor want;
-  on_root([&] {
-    model::CausalLM m(s, model::TpGroup{dist::make_self_communicator()});
-    m->init_weights(19);
-    {
-      torch::NoGradGuard ng;
-      want = m->forward(ids);
-    }
-    checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/student", 3, checkpoint::model_tensors(m, true),
-                                {{"arch_spec", model::arch_to_json(s)}});
-    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32);
-    std::ifstream in(dir + "/hf/config.json");
-    const auto config = nlohmann::json::parse(in);
+  export_student(s, dir, 19, 3, ids, [&](const nlohmann::json& config) {
     EXPECT_EQ(config["hybrid_override_pattern"], "M*E-E") << config.dump(2);
     model::SafetensorsReader st(dir + "/hf");
     EXPECT_TRUE(st.contains("backbone.layers.4.mixer.gate.weight"));  // was layer 6
     EXPECT_FALSE(st.contains("backbone.layers.5.norm.weight"));
-  });
+  }, &want);
   checkpoint::ImportOptions opt;
   opt.tp = world_size() >= 2 ? 2 : 1;
   const auto back = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/back", opt);
   EXPECT_EQ(back.spec.layers.size(), 5u);
   const torch::Tensor got = checkpoint_logits(back.path, ids);
-  if (world_rank() == 0) EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+  if (world_rank() == 0) {
+    EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
+  }
 }
