@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    torch::set_num_threads(std::stoi(a["--threads"]));
+    ac::dist::set_compute_threads(std::stoi(a["--threads"]));
     const std::string dir = a["--model"];
     ArchSpec spec = load_arch(dir + "/config.json");
     const auto dtype = a["--dtype"] == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;

@@ -1,6 +1,9 @@
 #include "dist/omp_env.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
+
+#include <ATen/Parallel.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -33,6 +36,26 @@ void default_passive_omp_wait(int argc, char** argv) {
   std::fprintf(stderr, "autocompress: note: could not re-execute with OMP_WAIT_POLICY=PASSIVE (%s); "
                        "set it in the environment for full CPU speed\n", std::strerror(errno));
   unsetenv("OMP_WAIT_POLICY");
+}
+
+namespace {
+// OpenBLAS's thread-count entry points, looked up in the process's global scope (libopenblas
+// is loaded with LibTorch when the blas alternative points at it); null when absent.
+template <typename Fn>
+Fn openblas_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+}  // namespace
+
+void set_compute_threads(int n) {
+  n = n < 1 ? 1 : n;
+  at::set_num_threads(n);
+  if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(n);
+}
+
+int blas_threads() {
+  auto get = openblas_symbol<int (*)()>("openblas_get_num_threads");
+  return get ? get() : 0;
 }
 
 }  // namespace ac::dist

@@ -21,4 +21,16 @@ namespace ac::dist {
 // goes on with libgomp's default policy.
 void default_passive_omp_wait(int argc, char** argv);
 
+// Sets the compute threads of every pool the CPU path uses: ATen's intra-op (OpenMP) pool and
+// OpenBLAS's own pthread pool, when the BLAS LibTorch runs on is OpenBLAS (found at run time
+// by symbol; with MKL or another BLAS only ATen's pool is set, MKL follows it). Debian's
+// LibTorch does not pass its thread count on to OpenBLAS, so without this a process told to
+// use one thread still runs every large fp32 GEMM on all cores, plus OpenBLAS's spin-waiting
+// workers: a run timed by process CPU time (cost calibrate/validate) counts both, and
+// several MPI ranks on a node oversubscribe it (docs/costmodel.md, "OpenBLAS threads").
+void set_compute_threads(int n);
+
+// OpenBLAS's thread count, or 0 when LibTorch does not run on OpenBLAS.
+int blas_threads();
+
 }  // namespace ac::dist

@@ -10,6 +10,7 @@
 
 #include "autocompress/build_info.h"
 #include "dist/communicator.h"
+#include "dist/omp_env.h"
 #include "dist/runtime.h"
 
 namespace ac::launcher {
@@ -38,7 +39,8 @@ nlohmann::json build_features() {
                {"devices", torch::cuda::is_available() ? torch::cuda::device_count() : 0}};
   const char* wait = std::getenv("OMP_WAIT_POLICY");  // set by the launcher unless the user did
   j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
-                  {"omp_wait_policy", wait ? std::string(wait) : std::string()}};
+                  {"omp_wait_policy", wait ? std::string(wait) : std::string()},
+                  {"openblas", dist::blas_threads()}};  // 0: LibTorch's BLAS is not OpenBLAS
   return j;
 }
 

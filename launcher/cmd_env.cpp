@@ -87,7 +87,10 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
                        std::to_string(f["threads"]["inter_op"].get<int>()) + ", OMP_WAIT_POLICY " +
                        (f["threads"]["omp_wait_policy"].get<std::string>().empty()
                             ? std::string("unset")
-                            : f["threads"]["omp_wait_policy"].get<std::string>()));
+                            : f["threads"]["omp_wait_policy"].get<std::string>()) +
+                       (f["threads"]["openblas"].get<int>() > 0
+                            ? ", OpenBLAS " + std::to_string(f["threads"]["openblas"].get<int>())
+                            : std::string()));
     row("World", std::to_string(rt.world_size()) + " rank(s), " + std::to_string(rt.local_size()) +
                      " on this node (local rank from " + rt.local_rank_source() + "), device " + rt.device());
     std::cout << "\nRank grid: TP " << grid.tp << " x DP " << grid.dp << " = " << grid.world

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   // OMP_NUM_THREADS, share the node's hardware threads among the ranks on it.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     const int hw = static_cast<int>(std::thread::hardware_concurrency());
-    at::set_num_threads(std::max(1, hw / std::max(1, rt.local_size())));
+    ac::dist::set_compute_threads(std::max(1, hw / std::max(1, rt.local_size())));
   }
   return rt.run_guarded([&]() -> int {
     if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||

@@ -13,6 +13,7 @@
 
 #include "dist/error.h"
 #include "dist/communicator.h"
+#include "dist/omp_env.h"
 #include "model/layers/mamba2.h"
 
 namespace ac::search {
@@ -166,7 +167,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     throw InputError("--dtype", o.dtype, "expected bfloat16, float16 or float32");
   if (!(o.memory_bytes > 0)) throw InputError("--memory-bytes", std::to_string(o.memory_bytes), "must be positive");
   if (o.threads < 0) throw InputError("--threads", std::to_string(o.threads), "must not be negative");
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  if (o.threads > 0) dist::set_compute_threads(o.threads);
   const Stopwatch clock = Stopwatch::for_device(o.device);
   torch::NoGradGuard no_grad;
   const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "dist/omp_env.h"
 #include "model/model.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/cost_model.h"
@@ -227,7 +228,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   r.hardware = hw.id;
   r.engine = engine.id;
   r.options = o;
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  if (o.threads > 0) dist::set_compute_threads(o.threads);
   r.threads = torch::get_num_threads();
   const Stopwatch clock = Stopwatch::for_device("cpu");
   r.clock = clock.name();

@@ -99,4 +99,15 @@ d = json.load(open('$T/out'))
 assert d['layout']['world_size'] == 2, d['layout']
 assert d['build']['threads']['omp_wait_policy'] == 'PASSIVE', d['build']['threads']
 " || fail "env --json under 2 re-executed ranks"
+# OpenBLAS's own thread pool follows the launcher's thread count (dist::set_compute_threads):
+# 2 ranks on this node share its hardware threads, and OpenBLAS must not keep one thread per
+# core in every rank. (0 = LibTorch does not run on OpenBLAS; scripts/setup.sh selects it.)
+expect_rc 0 env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS $MPIEXEC -n 2 "$AC_BIN" env --json
+python3 -c "
+import json, os
+t = json.load(open('$T/out'))['build']['threads']
+want = max(1, os.cpu_count() // 2)
+assert t['intra_op'] == want, t
+assert t['openblas'] in (0, want), t
+" || fail "OpenBLAS threads under 2 ranks"
 echo PASS
