@@ -15,6 +15,7 @@
 #include "dist/communicator.h"
 #include "dist/omp_env.h"
 #include "model/layers/mamba2.h"
+#include "model/model.h"
 
 namespace ac::search {
 
@@ -43,6 +44,23 @@ double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vect
   const auto& c = hw.mamba;
   if (step) return c.step_per_state * f[0] + c.step_per_lin * f[1] + c.step_fixed * f[2];
   return c.per_flop * f[0] + c.per_quad * f[1] + c.per_lin * f[2] + c.fixed * f[3];
+}
+
+double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, const std::vector<double>& f,
+                           const std::vector<std::array<double, 3>>& gemms, double eb) {
+  const auto& c = hw.decode;
+  auto gemv = [&](double out, double in, double rows) {
+    return c.gemv_fixed + c.gemv_per_byte * eb * (out * in + rows * (out + in)) + c.gemv_per_out * rows * out;
+  };
+  if (kind == "gemv") return c.gemv_fixed * f[0] + c.gemv_per_byte * f[1] + c.gemv_per_out * f[2];
+  double t = 0;
+  for (const auto& g : gemms) t += gemv(g[0], g[1], g[2]);
+  if (f.empty()) return t;
+  if (kind == "attention_decode") t += c.attn_fixed * f[0] + c.attn_per_kv * f[1] + c.attn_per_q * f[2];
+  if (kind == "mlp_decode") t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1];
+  if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
+  if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
+  return t;
 }
 
 Stopwatch Stopwatch::for_device(const std::string& device) {
@@ -112,7 +130,9 @@ std::pair<double, double> fit_linear(const std::vector<double>& w, const std::ve
 
 // Non-negative least squares on the relative error, min sum(((X c) - t) / t)^2 with c >= 0,
 // by trying every subset of the (few) features and keeping the best non-negative solution.
-std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& X, const std::vector<double>& t) {
+// With `off`: fits off + X c to t (a known part of each time, predicted by another fit).
+std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& X, const std::vector<double>& t,
+                               const std::vector<double>& off = {}) {
   const size_t k = X.empty() ? 0 : X[0].size();
   std::vector<double> best(k, 0.0);
   double best_err = INFINITY;
@@ -126,7 +146,7 @@ std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& X, const 
       const double q = 1.0 / (t[i] * t[i]);
       for (size_t a = 0; a < m; ++a) {
         for (size_t b = 0; b < m; ++b) A[a][b] += q * X[i][cols[a]] * X[i][cols[b]];
-        A[a][m] += q * X[i][cols[a]] * t[i];
+        A[a][m] += q * X[i][cols[a]] * (t[i] - (off.empty() ? 0.0 : off[i]));
       }
     }
     bool ok = true;
@@ -148,7 +168,7 @@ std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& X, const 
     if (std::any_of(c.begin(), c.end(), [](double v) { return !(v >= 0); })) continue;
     double err = 0;
     for (size_t i = 0; i < X.size(); ++i) {
-      double y = 0;
+      double y = off.empty() ? 0.0 : off[i];
       for (size_t j = 0; j < k; ++j) y += c[j] * X[i][j];
       err += (y - t[i]) * (y - t[i]) / (t[i] * t[i]);
     }
@@ -303,6 +323,146 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
       r.points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
     }
   }
+  // Decode steps (CPU): one-row GEMMs, then the model's own DecoderLayer at chosen sizes (one
+  // layer with one sublayer, no architecture), a decode step of one token timed whole. Its
+  // GEMMs are charged by the one-row GEMM line fitted here, the rest (norm, residual, casts,
+  // RoPE, cache append, GQA expansion, scores, routing, dispatch) is fitted per sublayer kind
+  // (HardwareProfile::DecodeStepCost).
+  if (o.device == "cpu") {
+    // One-row GEMMs [1, in] x [out, in]^T, cold: each call on another weight of a 64 MiB pool.
+    const std::vector<std::pair<int64_t, int64_t>> shapes =
+        o.quick ? std::vector<std::pair<int64_t, int64_t>>{{160, 224}, {1408, 320}, {320, 1408}, {2560, 576}, {96, 480}}
+                : std::vector<std::pair<int64_t, int64_t>>{{160, 224},  {1408, 320}, {320, 1408}, {2560, 576},
+                                                           {96, 480},   {704, 704},  {576, 2560}, {4000, 288},
+                                                           {288, 288},  {1200, 448}, {48, 640},   {3200, 160}};
+    for (const auto& [out, in] : shapes) {
+      std::vector<torch::Tensor> pool;
+      const int64_t copies = std::max<int64_t>(1, int64_t(std::ceil(pool_bytes / (eb * double(out * in)))));
+      for (int64_t i = 0; i < copies; ++i) pool.push_back(torch::randn({out, in}, opt));
+      auto a = torch::randn({1, 1, in}, opt);
+      size_t next = 0;
+      const double s = time_it(
+          [&] {
+            (void)torch::nn::functional::linear(a, pool[next]);
+            next = (next + 1) % pool.size();
+          },
+          dev, o.min_seconds, clock);
+      add("gemv", "1 x " + std::to_string(in) + " -> " + std::to_string(out), 2.0 * double(out * in),
+          eb * double(out * in + out + in), s);
+      r.points.back().rows = 1;
+      r.points.back().features = {1.0, eb * double(out * in + out + in), double(out)};
+    }
+    model::TpGroup tp{dist::make_self_communicator()};
+    // kind, hidden, the layer, the cached tokens before the step, features, the GEMMs it runs.
+    struct Step {
+      const char* kind;
+      int64_t h;
+      model::LayerSpec layer;
+      int64_t past;
+      std::vector<double> features;
+      std::vector<std::array<double, 3>> gemms;
+    };
+    std::vector<Step> steps;
+    auto mlp_gemms = [](double mats, double ffn, double w) {
+      std::vector<std::array<double, 3>> g(size_t(mats - 1), {ffn, w, 1.0});
+      g.push_back({w, ffn, 1.0});
+      return g;
+    };
+    // attention: h, heads, kv heads, head dim, cached tokens (RoPE on; GQA 1:1 to 1:7)
+    for (const auto& [h, H, K, D, past] : std::vector<std::array<int64_t, 5>>{
+             {192, 3, 1, 64, 100}, {320, 5, 5, 64, 300}, {448, 7, 1, 64, 200}, {384, 6, 2, 64, 480},
+             {256, 8, 4, 32, 160}, {640, 10, 2, 64, 360}, {512, 16, 4, 32, 250}, {288, 9, 3, 32, 420}}) {
+      if (o.quick && steps.size() >= 4) break;
+      model::LayerSpec l;
+      l.attention = model::AttentionSpec{int(H), int(K), int(D)};
+      const double qd = double(H * D), kvd = double(K * D), hd = double(h);
+      steps.push_back({"attention_decode", h, l, past, {1.0, double(past) * kvd, double(past) * qd},
+                       {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}}});
+    }
+    // MLP: h, ffn, gated (SwiGLU) or not (ReLU2)
+    for (const auto& [h, ffn, gated] : std::vector<std::array<int64_t, 3>>{
+             {192, 640, 1}, {320, 1000, 1}, {448, 1536, 0}, {384, 2304, 1}, {576, 1200, 0}, {256, 2816, 1}}) {
+      model::LayerSpec l;
+      l.mlp = model::MlpSpec{ffn, gated ? model::MlpActivation::SwiGLU : model::MlpActivation::ReLU2};
+      steps.push_back({"mlp_decode", h, l, 0, {1.0, double(ffn)}, mlp_gemms(gated ? 3 : 2, double(ffn), double(h))});
+      if (o.quick && steps.size() >= 7) break;
+    }
+    // MoE: h, experts, top-k, expert FFN, shared FFN, latent
+    for (const auto& [h, E, k, eff, sh, lat] : std::vector<std::array<int64_t, 6>>{
+             {256, 6, 2, 256, 0, 0},   {320, 12, 3, 192, 320, 0}, {384, 10, 1, 512, 0, 0}, {448, 20, 4, 128, 0, 0},
+             {288, 16, 2, 160, 576, 0}, {512, 12, 2, 256, 0, 192}, {256, 24, 6, 96, 0, 0}}) {
+      model::LayerSpec l;
+      model::MoeSpec m;
+      m.num_experts = int(E), m.top_k = int(k), m.expert_ffn = eff, m.shared_ffn = sh, m.latent_size = lat;
+      l.moe = m;
+      const double w = double(lat > 0 ? lat : h), hd = double(h);
+      std::vector<std::array<double, 3>> g{{double(E), hd, 1}};
+      if (lat > 0) g.push_back({double(lat), hd, 1}), g.push_back({hd, double(lat), 1});
+      if (sh > 0)
+        for (const auto& x : mlp_gemms(3, double(sh), hd)) g.push_back(x);
+      for (int64_t e = 0; e < k; ++e)
+        for (const auto& x : mlp_gemms(3, double(eff), w)) g.push_back(x);
+      steps.push_back({"moe_decode", h, l, 0, {1.0, double(k)}, g});
+      if (o.quick && steps.size() >= 10) break;
+    }
+    // Mamba (the mixer's own step is the `mamba` term): the layer's norm and residual around it
+    for (const auto& [h, H, P, N, G] : std::vector<std::array<int64_t, 5>>{
+             {256, 4, 32, 16, 1}, {384, 8, 32, 128, 4}, {640, 24, 32, 16, 6}, {320, 10, 32, 64, 5}}) {
+      model::LayerSpec l;
+      model::MambaSpec ms;
+      ms.num_heads = int(H), ms.head_dim = int(P), ms.state_size = int(N), ms.n_groups = int(G), ms.chunk_size = 64;
+      l.mamba = ms;
+      const double di = double(H * P), hd = double(h);
+      steps.push_back({"mamba_decode", h, l, 64, mamba_step_features(1, double(H), double(P), double(N)),
+                       {{2.0 * di + 2.0 * double(G * N) + double(H), hd, 1}, {hd, di, 1}}});
+      if (o.quick) break;
+    }
+    // Weights cold, as in a model's decode step (the other layers' weights pass through the
+    // caches in between) while the code and the allocator stay warm: each size is a pool of
+    // copies of the layer holding > 40 MiB of weights, the steps go round the pool.
+    const int rounds = o.quick ? 1 : 3;
+    std::vector<std::vector<double>> ts(steps.size());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto& st = steps[i];
+      model::ArchSpec spec;
+      spec.hidden_size = st.h, spec.vocab_size = 256, spec.layers = {st.layer};
+      std::vector<model::DecoderLayer> pool;
+      std::vector<model::LayerCache> caches;
+      double held = 0;
+      while (held < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
+        pool.emplace_back(spec, 0, tp, dt);
+        pool.back()->eval();
+        for (const auto& q : pool.back()->parameters()) held += double(q.numel() * q.element_size());
+        caches.emplace_back();
+        if (st.past > 0) (void)pool.back()->forward(torch::randn({1, st.past, st.h}, opt), 0, &caches.back());
+      }
+      auto x1 = torch::randn({1, 1, st.h}, opt);
+      const size_t reps = std::max<size_t>(o.quick ? 9 : 21, pool.size());
+      for (int round = 0; round < rounds; ++round) {
+        std::vector<double> t;
+        for (size_t rep = 0; rep <= reps; ++rep) {
+          const size_t k = rep % pool.size();
+          model::LayerCache c = caches[k];  // the same cached length every time (the step appends)
+          const double a = clock.now();
+          (void)pool[k]->forward(x1, st.past, &c);
+          if (rep > 0) t.push_back(clock.now() - a);
+        }
+        ts[i].push_back(median(t));
+      }
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto& st = steps[i];
+      std::string shape = "layer h" + std::to_string(st.h) + " step after " + std::to_string(st.past) + " tokens";
+      if (st.layer.attention)
+        shape += " heads " + std::to_string(st.layer.attention->num_heads) + "/" + std::to_string(st.layer.attention->num_kv_heads);
+      if (st.layer.mlp) shape += " ffn " + std::to_string(st.layer.mlp->ffn_size);
+      if (st.layer.moe) shape += " experts " + std::to_string(st.layer.moe->top_k) + "/" + std::to_string(st.layer.moe->num_experts);
+      if (st.layer.mamba) shape += " mamba heads " + std::to_string(st.layer.mamba->num_heads);
+      add(st.kind, shape, 0, 0, std::max(1e-7, median(ts[i])));
+      r.points.back().features = st.features;
+      r.points.back().gemms = st.gemms;
+    }
+  }
   // Memory copies.
   for (int64_t mb : o.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64, 256}) {
     auto src = torch::empty({int64_t(mb * 1048576 / eb)}, opt).uniform_();
@@ -415,10 +575,43 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
       h.mamba.step_per_state = c[0], h.mamba.step_per_lin = c[1], h.mamba.step_fixed = c[2];
     h.mamba.measured = true;
   }
+  // Decode steps: the one-row GEMM line, then each sublayer kind's rest with its GEMMs (and the
+  // Mamba mixer's fitted step) as a known offset.
+  {
+    std::vector<std::vector<double>> X;
+    std::vector<double> t;
+    for (const auto& p : r.points)
+      if (p.kind == "gemv") X.push_back(p.features), t.push_back(p.seconds);
+    if (!X.empty()) {
+      const std::vector<double> c = fit_nonneg(X, t);
+      auto& d = h.decode;
+      d.gemv_fixed = c[0], d.gemv_per_byte = c[1], d.gemv_per_out = c[2];
+      d.measured = true;
+      for (const char* kind : {"attention_decode", "mlp_decode", "moe_decode", "mamba_decode"}) {
+        X.clear(), t.clear();
+        std::vector<double> off;
+        for (const auto& p : r.points)
+          if (p.kind == kind) {
+            const bool mamba = std::string(kind) == "mamba_decode";
+            X.push_back(mamba ? std::vector<double>{1.0} : p.features), t.push_back(p.seconds);
+            off.push_back(decode_step_seconds(h, p.kind, {}, p.gemms, eb) + (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
+          }
+        if (X.empty()) continue;
+        const std::vector<double> f = fit_nonneg(X, t, off);
+        const std::string k = kind;
+        if (k == "attention_decode") d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
+        if (k == "mlp_decode") d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
+        if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
+        if (k == "mamba_decode") d.mamba_fixed = f[0];
+      }
+    }
+  }
   double err = 0;
   for (auto& p : r.points) {
     p.predicted_s = p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
+                    : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
+                        ? decode_step_seconds(h, p.kind, p.features, p.gemms, eb)
                         : roofline_seconds(h, p.kind, p.flops, p.bytes, p.rows);
     err += std::fabs(p.predicted_s - p.seconds) / p.seconds;
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <array>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,10 @@ struct CalibrationPoint {
   double flops = 0, bytes = 0, seconds = 0;
   double predicted_s = 0;  // by the fitted profile
   double rows = 0;         // GEMM rows (0: not a GEMM)
-  std::vector<double> features;  // mamba_prefill / mamba_step: the fit's features (MambaMixerCost)
+  std::vector<double> features;  // mamba_prefill / mamba_step / gemv / *_decode: the fit's features
+  // *_decode (a DecoderLayer's decode step): the GEMMs it runs, {out, in, rows} each, charged
+  // by the fitted one-row GEMM line; the rest of the step is fitted (HardwareProfile::DecodeStepCost).
+  std::vector<std::array<double, 3>> gemms;
 };
 
 struct CalibrationResult {
@@ -63,6 +67,12 @@ double roofline_seconds(const HardwareProfile& hw, const std::string& kind, doub
 // sequences of s tokens; decode step {H P N, H (P + N), 1} per sequence times b (the 1 once).
 std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double Q);
 std::vector<double> mamba_step_features(double b, double H, double P, double N);
+// A decode-step point's time by the profile's DecodeStepCost: "gemv" from its features
+// {1, bytes, outputs}; a "<kind>_decode" layer step as its GEMMs on the one-row line plus, when
+// `features` are given, the sublayer's fitted rest; `elem_bytes` per weight and activation
+// element (the calibration's dtype).
+double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, const std::vector<double>& features,
+                           const std::vector<std::array<double, 3>>& gemms, double elem_bytes);
 double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vector<double>& features);
 
 }  // namespace ac::search

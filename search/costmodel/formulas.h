@@ -176,6 +176,7 @@ class Evaluator {
   // Time of every layer for `n` tokens that belong to `b` sequences, `s` new tokens each,
   // after `past` cached tokens. Decode is s = 1.
   T layers_time(const S& n, const S& b, double s, double past, bool decode) const {
+    if (decode && hw_.decode.measured) return measured_decode_time(n, b, past);
     const double h = g_.hidden;
     const auto& d = d_;
     const T N = one() * n;
@@ -252,6 +253,46 @@ class Evaluator {
     return total + ops * hw_.kernel_overhead_s + calls * gemm_call_s();
   }
 
+  // A GEMM of a [out, in] weight over `rows` rows on a profile with a measured decode step
+  // (HardwareProfile::DecodeStepCost): one-row GEMMs stream the weight at their own rate.
+  template <typename R>
+  T gemv(const T& out, const T& in, const R& rows) const {
+    const auto& c = hw_.decode;
+    return out * in * g_.wbytes * c.gemv_per_byte + (in + out) * (rows * g_.abytes * c.gemv_per_byte) +
+           out * (rows * c.gemv_per_out) + c.gemv_fixed;
+  }
+  // The GEMMs of a gated / plain MLP of width `ffn` at width `w` (gate and up, down), run as
+  // separate calls by an engine that splits projections, else gate+up fused.
+  template <typename R>
+  T mlp_gemvs(const T& mats, const T& ffn, const T& w, const R& rows) const {
+    if (e_.split_projections) return (mats - 1.0) * gemv(ffn, w, rows) + gemv(w, ffn, rows);
+    return gemv((mats - 1.0) * ffn, w, rows) + gemv(w, ffn, rows);
+  }
+  // One decode step of every layer with the measured decode-step cost: each sublayer's GEMMs on
+  // the one-row GEMM line plus the sublayer's measured rest (norm and residual included).
+  T measured_decode_time(const S& n, const S& b, double past) const {
+    const double h = g_.hidden;
+    const auto& d = d_;
+    const auto& c = hw_.decode;
+    const T H = one() * h;
+    T qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
+    T proj = e_.split_projections ? gemv(qd, H, n) + 2.0 * gemv(kvd, H, n) : gemv(qd + 2.0 * kvd, H, n);
+    T attn = proj + gemv(H, qd, n) + kvd * (b * past * c.attn_per_kv) + qd * (b * past * c.attn_per_q) + c.attn_fixed;
+    MambaWidths<T> m = mamba_widths(d);
+    T lin = d.m_heads * (d.m_head_dim + d.m_state);
+    T mamba = gemv(m.in_proj, H, n) + gemv(H, m.d_inner, n) +
+              d.m_heads * d.m_head_dim * d.m_state * (n * hw_.mamba.step_per_state) + lin * (n * hw_.mamba.step_per_lin) +
+              (hw_.mamba.step_fixed + c.mamba_fixed);
+    T mlp = mlp_gemvs(d.mlp_mats, d.ffn, H, n) + d.ffn * (n * c.mlp_per_ffn) + c.mlp_fixed;
+    T touched = experts_touched(d.experts, d.top_k, n);
+    T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0), latent = d.latent / O::maximum(d.latent, 1.0);
+    T moe = gemv(d.experts, H, n) + latent * (gemv(d.latent, H, n) + gemv(H, d.latent, n)) +
+            shared * mlp_gemvs(d.moe_mats, d.shared_ffn, H, n) +
+            touched * mlp_gemvs(d.moe_mats, d.expert_ffn, d.moe_width, d.top_k * n / O::maximum(touched, 1.0)) +
+            touched * c.moe_per_expert + c.moe_fixed;
+    return d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
+  }
+
   // Peak bytes of the tensors an eager implementation (model/layers/*) holds at once in each
   // layer while prefilling `t` tokens of one sequence from an empty cache: the sublayer's
   // normed input plus its live intermediates (attention: q, GQA-expanded K/V, the
@@ -289,7 +330,7 @@ class Evaluator {
   }
 
   // Embedding gather and final norm over n tokens, and the LM head for `rows` logits.
-  S head_time(const S& n, const S& rows, bool with_head) const {
+  S head_time(const S& n, const S& rows, bool with_head, bool decode = false) const {
     const double h = g_.hidden, V = g_.vocab;
     auto t = [&](const S& flops, const S& bytes, const EfficiencyCurve& c) {
       return O::maximum((flops + c.half) / (hw_.peak_flops * c.max),
@@ -297,7 +338,10 @@ class Evaluator {
              hw_.kernel_overhead_s;
     };
     S r = mem_time<S>(2.0 * n * h * g_.abytes) + mem_time<S>(2.0 * n * h * g_.abytes * e_.elementwise_traffic);
-    if (with_head) r = r + t(2.0 * rows * h * V * (1.0 + hw_.gemm_rows_half / rows), rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
+    if (with_head && decode && hw_.decode.measured)  // one-row GEMMs, as measured
+      r = r + (h * V * g_.wbytes + rows * (h + V) * g_.abytes) * hw_.decode.gemv_per_byte + V * rows * hw_.decode.gemv_per_out +
+          hw_.decode.gemv_fixed;
+    else if (with_head) r = r + t(2.0 * rows * h * V * (1.0 + hw_.gemm_rows_half / rows), rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
     return r + e_.extra_ops.model * hw_.kernel_overhead_s;
   }
 
@@ -373,7 +417,7 @@ class Evaluator {
     // ---- TPOT: one decode step of B sequences at the mean context (prompt + half the output).
     const double L = P + double(w_.output_tokens) / 2.0;
     r.layer_decode_s = layers_time(B, B, 1, L, true);
-    r.tpot_s = O::sum(r.layer_decode_s) + head_time(B, B, true) + e_.step_overhead_s;
+    r.tpot_s = O::sum(r.layer_decode_s) + head_time(B, B, true, true) + e_.step_overhead_s;
     r.decode_tok_s = B / r.tpot_s;
     const double out = double(w_.output_tokens);
     r.throughput_tok_s = B * out / (B * r.ttft_s + out * r.tpot_s);

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "dist/error.h"
 
@@ -117,6 +119,13 @@ std::string resolve(const std::string& id_or_path, const std::string& configs_di
                        (known.empty() ? "none" : known) + ")");
 }
 
+// The decode_step block's JSON fields (HardwareProfile::DecodeStepCost), in file order.
+std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile::DecodeStepCost& c) {
+  return {{"gemv_fixed_s", &c.gemv_fixed},   {"gemv_per_byte_s", &c.gemv_per_byte}, {"gemv_per_out_s", &c.gemv_per_out},
+          {"attn_fixed_s", &c.attn_fixed},   {"attn_per_kv_s", &c.attn_per_kv},     {"attn_per_q_s", &c.attn_per_q},
+          {"mlp_fixed_s", &c.mlp_fixed},     {"mlp_per_ffn_s", &c.mlp_per_ffn},     {"moe_fixed_s", &c.moe_fixed},
+          {"moe_per_expert_s", &c.moe_per_expert}, {"mamba_fixed_s", &c.mamba_fixed}};
+}
 }  // namespace
 
 HardwareProfile hardware_from_json(const json& j, const std::string& path) {
@@ -161,6 +170,24 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     }
     c.measured = true;
   }
+  if (f.has("decode_step")) {
+    const json& x = j.at("decode_step");
+    if (!x.is_object()) f.fail("decode_step", "expected an object of measured decode step costs");
+    auto& c = h.decode;
+    for (const auto& [name, ptr] : decode_step_fields(c)) {
+      if (!x.contains(name)) f.fail(std::string("decode_step.") + name, "missing");
+      const json& v = x.at(name);
+      if (!v.is_number() || !(v.get<double>() >= 0)) f.fail(std::string("decode_step.") + name, "must be a number >= 0");
+      *ptr = v.get<double>();
+    }
+    for (const auto& [k, v] : x.items()) {
+      bool known = false;
+      for (const auto& [name, ptr] : decode_step_fields(c)) known = known || k == name;
+      if (!known) f.fail("decode_step." + k, "unknown field");
+    }
+    if (!(c.gemv_fixed + c.gemv_per_byte + c.gemv_per_out > 0)) f.fail("decode_step.gemv_fixed_s", "the GEMM terms are all 0");
+    c.measured = true;
+  }
   f.has("comment");
   f.has("measurements");
   f.no_unknown();
@@ -190,6 +217,12 @@ json hardware_to_json(const HardwareProfile& h) {
                   {"step_per_state_s", h.mamba.step_per_state},
                   {"step_per_lin_s", h.mamba.step_per_lin},
                   {"step_fixed_s", h.mamba.step_fixed}};
+  if (h.decode.measured) {
+    auto c = h.decode;
+    json x = json::object();
+    for (const auto& [name, ptr] : decode_step_fields(c)) x[name] = *ptr;
+    j["decode_step"] = x;
+  }
   return j;
 }
 

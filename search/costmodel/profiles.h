@@ -46,6 +46,24 @@ struct HardwareProfile {
     double per_flop = 0, per_quad = 0, per_lin = 0, fixed = 0;
     double step_per_state = 0, step_per_lin = 0, step_fixed = 0;
   } mamba;
+  // Measured cost of an eager decode step (one new token per sequence, b sequences), CPU
+  // profiles only (absent on fused-kernel devices: they use the curves above). Fitted by
+  // `cost calibrate` on one-row GEMMs and on the model's own DecoderLayer at chosen sizes
+  // (docs/costmodel.md):
+  //   GEMM of a [out, in] weight over b rows: gemv_fixed + gemv_per_byte x (weight + b (in + out)
+  //     activation bytes) + gemv_per_out x b out
+  //   a sublayer's step minus its GEMMs (norm, residual, casts, RoPE, cache append, scores, routing,
+  //   dispatch): attention attn_fixed + attn_per_kv x b past kv_dim + attn_per_q x b past q_dim;
+  //   MLP mlp_fixed + mlp_per_ffn x b ffn; MoE moe_fixed + moe_per_expert x touched;
+  //   Mamba (on top of the `mamba` step term) mamba_fixed.
+  struct DecodeStepCost {
+    bool measured = false;
+    double gemv_fixed = 0, gemv_per_byte = 0, gemv_per_out = 0;
+    double attn_fixed = 0, attn_per_kv = 0, attn_per_q = 0;
+    double mlp_fixed = 0, mlp_per_ffn = 0;
+    double moe_fixed = 0, moe_per_expert = 0;
+    double mamba_fixed = 0;
+  } decode;
 };
 
 // How a serving engine sizes memory and batches work.

@@ -73,6 +73,23 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
       roofline_seconds(h, "gemm", 2.0 * T * di * hid, 2.0 * (T * di + di * hid + T * hid), T);
   EXPECT_GT(ms_pred / ms_meas, 1 / 4.0) << ms_pred << " vs " << ms_meas;
   EXPECT_LT(ms_pred / ms_meas, 4.0) << ms_pred << " vs " << ms_meas;
+  // The decode step is measured too (one-row GEMM line and per-sublayer rests), written and
+  // read back, and the line predicts a one-row GEMM shape it was not fitted on within 4x.
+  ASSERT_TRUE(h.decode.measured);
+  EXPECT_TRUE(back.decode.measured);
+  EXPECT_DOUBLE_EQ(back.decode.gemv_per_byte, h.decode.gemv_per_byte);
+  EXPECT_DOUBLE_EQ(back.decode.attn_fixed, h.decode.attn_fixed);
+  EXPECT_TRUE(std::any_of(r.points.begin(), r.points.end(), [](const CalibrationPoint& p) { return p.kind == "attention_decode"; }));
+  auto v = torch::randn({1, 1, 1024}, torch::kBFloat16), W = torch::randn({640, 1024}, torch::kBFloat16);
+  double gv = 1e9;
+  for (int i = 0; i < 9; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)torch::nn::functional::linear(v, W);
+    gv = std::min(gv, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  const double gv_pred = decode_step_seconds(h, "gemv", {1.0, 2.0 * (640 * 1024 + 640 + 1024), 640.0}, {}, 2.0);
+  EXPECT_GT(gv_pred / gv, 1 / 4.0) << gv_pred << " vs " << gv;
+  EXPECT_LT(gv_pred / gv, 4.0) << gv_pred << " vs " << gv;
 }
 
 TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
@@ -89,6 +106,38 @@ TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
   bad = j;
   bad["mamba"]["per_byte_s"] = 1e-9;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+}
+
+TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
+  nlohmann::json j = hardware_to_json(load_hardware("b200", AC_SOURCE_DIR "/configs"));
+  EXPECT_FALSE(hardware_from_json(j, "b200.json").decode.measured);  // GPU profiles: the curves
+  j["decode_step"] = {{"gemv_fixed_s", 2e-5},  {"gemv_per_byte_s", 1e-10}, {"gemv_per_out_s", 3e-8},
+                      {"attn_fixed_s", 1e-4},  {"attn_per_kv_s", 2e-10},   {"attn_per_q_s", 7e-10},
+                      {"mlp_fixed_s", 3e-5},   {"mlp_per_ffn_s", 9e-9},    {"moe_fixed_s", 0},
+                      {"moe_per_expert_s", 2e-5}, {"mamba_fixed_s", 2e-5}};
+  const HardwareProfile h = hardware_from_json(j, "x.json");
+  EXPECT_TRUE(h.decode.measured);
+  EXPECT_DOUBLE_EQ(h.decode.attn_per_q, 7e-10);
+  EXPECT_EQ(hardware_to_json(h)["decode_step"], j["decode_step"]);
+  for (const char* field : {"mlp_fixed_s", "gemv_per_out_s"}) {
+    auto bad = j;
+    bad["decode_step"][field] = -1;
+    try {
+      hardware_from_json(bad, "x.json");
+      ADD_FAILURE() << field;
+    } catch (const ac::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("decode_step.") + field), std::string::npos) << e.what();
+    }
+    bad = j;
+    bad["decode_step"].erase(field);
+    EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  }
+  auto bad = j;
+  bad["decode_step"]["per_layer_s"] = 1e-4;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  bad = j;
+  bad["decode_step"] = 3;
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
 }
 

@@ -142,6 +142,16 @@ TEST(DifferentiableCost, EagerEngineTermsAlsoMatch) {
   const DifferentiableCostModel soft_m(base, hw_m, e, w);
   expect_equal(soft_m(dm), predict(exact_m, hw_m, e, w), "super eager, measured Mamba mixer");
   EXPECT_NE(predict(exact_m, hw_m, e, w).ttft_s, predict(exact_m, hw, e, w).ttft_s);
+  // With a measured decode step too (one-row GEMM line and per-sublayer rests), decode goes
+  // through the same template: equal at one-hot choices, and it changes TPOT.
+  auto hw_d = hw_m;
+  hw_d.decode = {true, 2e-5, 9e-11, 3e-8, 1.2e-4, 1.7e-10, 7e-10, 2.7e-5, 8.8e-9, 1e-5, 2.4e-5, 2.1e-5};
+  const DifferentiableCostModel soft_d(base, hw_d, e, w);
+  expect_equal(soft_d(dm), predict(exact_m, hw_d, e, w), "super eager, measured decode step");
+  EXPECT_NE(predict(exact_m, hw_d, e, w).tpot_s, predict(exact_m, hw_m, e, w).tpot_s);
+  EXPECT_EQ(predict(exact_m, hw_d, e, w).ttft_s, predict(exact_m, hw_m, e, w).ttft_s);  // prefill unchanged
+  const DifferentiableCostModel soft_llama_d(llama, hw_d, e, w);
+  expect_equal(soft_llama_d(SoftDims{}), predict(llama, hw_d, e, w), "llama eager, measured decode step");
   // The extra operators cost time: the same spec is slower on the eager engine than without them.
   auto plain = e;
   plain.extra_ops = {};
