@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       auto loss = torch::nn::functional::cross_entropy(
           logits.reshape({-1, spec.vocab_size}).to(torch::kFloat32), ids.reshape({-1}));
       loss.backward();
-      model->zero_grad();
+      model->zero_grad(/*set_to_none=*/true);  // as the PyTorch side (and the trainer) do
     };
     for (int i = 0; i < warmup; ++i) step();
     auto t0 = std::chrono::steady_clock::now();

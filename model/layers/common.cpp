@@ -3,6 +3,8 @@
 
 #include "dist/tensor_parallel.h"
 
+#include <torch/version.h>
+
 namespace ac::model {
 
 ShardPiece whole(const std::string& logical, std::vector<int64_t> shape) {
@@ -45,6 +47,35 @@ WeightsImpl::WeightsImpl(std::vector<int64_t> weight_shape, std::vector<int64_t>
   auto opt = torch::TensorOptions().dtype(dtype);
   weight = register_parameter("weight", torch::empty(weight_shape, opt).normal_(0.0, 0.02));
   if (!bias_shape.empty()) bias = register_parameter("bias", torch::zeros(bias_shape, opt));
+}
+
+#if TORCH_VERSION_MAJOR < 2
+namespace {
+torch::Tensor silu_in_fp32(const torch::Tensor& x) {
+  auto y = x.to(torch::kFloat32);
+  return torch::silu_(y).to(x.scalar_type());
+}
+struct SiluInFp32 : torch::autograd::Function<SiluInFp32> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+    ctx->save_for_backward({x});
+    return silu_in_fp32(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto x = ctx->get_saved_variables()[0];
+    return {at::silu_backward(grads[0].to(torch::kFloat32), x.to(torch::kFloat32)).to(x.scalar_type())};
+  }
+};
+}  // namespace
+#endif
+
+torch::Tensor act_silu(const torch::Tensor& x) {
+#if TORCH_VERSION_MAJOR < 2
+  const auto t = x.scalar_type();
+  if (x.device().is_cpu() && (t == torch::kBFloat16 || t == torch::kHalf))
+    return x.requires_grad() && torch::GradMode::is_enabled() ? SiluInFp32::apply(x) : silu_in_fp32(x);
+#endif
+  return torch::silu(x);
 }
 
 }  // namespace ac::model

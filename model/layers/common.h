@@ -51,6 +51,13 @@ torch::Tensor column_parallel(const torch::Tensor& x, const torch::Tensor& w,
 torch::Tensor row_parallel(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                            const TpGroup& tp);
 
+// SiLU as the layers use it: torch::silu, except that with LibTorch 1.x a bf16/fp16 CPU input
+// is computed in fp32, forward and backward (cast, fp32 kernel, cast back). LibTorch 1.13's
+// reduced-precision CPU SiLU kernels are scalar loops: forward ~2x and backward ~4x the
+// vectorised fp32 kernel plus both casts (docs/benchmarks.md, model bench profile). Both
+// round the fp32 result of the same formula once.
+torch::Tensor act_silu(const torch::Tensor& x);
+
 // A weight (and optional bias) that its parent applies; gives parameters Hugging-Face-like
 // dotted names ("q_proj.weight"). Values come from a checkpoint or from init_weights().
 class WeightsImpl : public torch::nn::Module {

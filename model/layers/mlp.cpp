@@ -8,7 +8,7 @@ namespace ac::model {
 
 torch::Tensor activate(const torch::Tensor& x, MlpActivation act) {
   if (act == MlpActivation::ReLU2) return torch::relu(x).square();
-  return torch::silu(x);
+  return act_silu(x);
 }
 
 std::string MlpImpl::split_problem(int64_t ffn, int tp) {
@@ -33,7 +33,7 @@ MlpImpl::MlpImpl(int64_t hidden, int64_t ffn, MlpActivation act, bool bias, cons
 torch::Tensor MlpImpl::forward_partial(const torch::Tensor& x) {
   auto up = column_parallel(x, up_proj->weight, up_proj->bias, tp_);
   auto h = act_ == MlpActivation::SwiGLU
-               ? torch::silu(column_parallel(x, gate_proj->weight, gate_proj->bias, tp_)) * up
+               ? act_silu(column_parallel(x, gate_proj->weight, gate_proj->bias, tp_)) * up
                : activate(up, act_);
   return torch::nn::functional::linear(h, down_proj->weight);
 }
@@ -160,7 +160,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
     auto xe = h.index_select(0, tok);
     auto up = torch::matmul(xe, ups[size_t(le)].t());
     auto a = spec_.activation == MlpActivation::SwiGLU
-                 ? torch::silu(torch::matmul(xe, gates[size_t(le)].t())) * up
+                 ? act_silu(torch::matmul(xe, gates[size_t(le)].t())) * up
                  : activate(up, spec_.activation);
     auto ye = torch::matmul(a, downs[size_t(le)].t());
     auto we = w.reshape({-1}).index_select(0, sel).unsqueeze(1);

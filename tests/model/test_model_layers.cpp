@@ -5,10 +5,33 @@
 
 #include "dist/error.h"
 #include "model/hf_import.h"
+#include "model/layers/common.h"
 #include "tests/model/fixtures.h"
 
 using namespace ac::model;
 using namespace ac::model::testing;
+
+// The layers' SiLU (fp32 kernels for bf16/fp16 on LibTorch 1.x): forward and gradient are the
+// fp32 SiLU's, rounded once to the input dtype, in and out of grad mode; fp32 is torch::silu.
+TEST(ActSilu, MatchesFp32SiluRoundedOnce) {
+  torch::manual_seed(3);
+  for (auto dt : {torch::kBFloat16, torch::kHalf}) {
+    auto x = (torch::randn({3, 37, 129}) * 4).to(dt).requires_grad_();
+    auto g = torch::randn({3, 37, 129}).to(dt);
+    auto y = ac::model::act_silu(x);
+    EXPECT_EQ(y.scalar_type(), dt);
+    auto xf = x.detach().to(torch::kFloat32).requires_grad_();
+    auto yf = torch::silu(xf);
+    EXPECT_TRUE(torch::equal(y.detach(), yf.detach().to(dt)));
+    y.backward(g);
+    yf.backward(g.to(torch::kFloat32));
+    EXPECT_TRUE(torch::equal(x.grad(), xf.grad().to(dt))) << (x.grad().to(torch::kFloat32) - xf.grad()).abs().max();
+    torch::NoGradGuard ng;
+    EXPECT_TRUE(torch::equal(ac::model::act_silu(x), yf.detach().to(dt)));
+  }
+  auto x32 = torch::randn({5, 7});
+  EXPECT_TRUE(torch::equal(ac::model::act_silu(x32), torch::silu(x32)));
+}
 
 TEST(Mamba2, ChunkedScanEqualsRecurrence) {
   torch::manual_seed(7);
