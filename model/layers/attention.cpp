@@ -1,9 +1,43 @@
-// GQA attention (eager math, softmax in fp32 as transformers' eager path does).
+// GQA attention: LibTorch's fused scaled_dot_product_attention where it has one (>= 2.1: flash
+// attention on CPU and GPU, no [T, S] score matrix), else eager math with the softmax in fp32
+// as transformers' eager path does.
 #include "model/layers/attention.h"
+
+#include <torch/version.h>
+
+#include <atomic>
+#include <cstdlib>
 
 #include "dist/error.h"
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#define AC_HAVE_SDPA 1  // at::scaled_dot_product_attention with `scale`
+#endif
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define AC_HAVE_SDPA_GQA 1  // ... and `enable_gqa` (K/V heads shared by groups of query heads)
+#endif
+
 namespace ac::model {
+
+namespace {
+std::atomic<int>& attention_mode() {  // 1: eager, 0: SDPA where available
+  static std::atomic<int> mode{[] {
+    const char* v = std::getenv("AC_ATTENTION");
+    return v != nullptr && std::string(v) == "eager" ? 1 : 0;
+  }()};
+  return mode;
+}
+}  // namespace
+
+bool sdpa_available() {
+#ifdef AC_HAVE_SDPA
+  return true;
+#else
+  return false;
+#endif
+}
+bool eager_attention() { return !sdpa_available() || attention_mode().load() == 1; }
+void set_eager_attention(bool eager) { attention_mode().store(eager ? 1 : 0); }
 
 std::string AttentionImpl::split_problem(const AttentionSpec& s, int tp) {
   if (s.num_heads % tp != 0)
@@ -129,15 +163,45 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCac
     cache->v = v;
   }
   const int64_t S = k.size(2), group = heads_local_ / kv_local_;
+  const double scale = 1.0 / std::sqrt(double(d));
+#ifdef AC_HAVE_SDPA
+  if (!eager_attention()) {
+    // Causal over the whole (cached + new) key range: query pos0+i sees keys <= pos0+i. With
+    // no cached keys that is is_causal; after a cache, a boolean mask (true = attend).
+    const int64_t past = S - T;
+    torch::Tensor mask;
+    if (T > 1 && past > 0)
+      mask = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).tril(past);
+#ifdef AC_HAVE_SDPA_GQA
+    auto o = at::scaled_dot_product_attention(q, k, v, mask, 0.0, T > 1 && past == 0, scale, /*enable_gqa=*/group > 1);
+#else
+    if (group > 1) {
+      k = k.repeat_interleave(group, 1);
+      v = v.repeat_interleave(group, 1);
+    }
+    auto o = at::scaled_dot_product_attention(q, k, v, mask, 0.0, T > 1 && past == 0, scale);
+#endif
+    return row_parallel(o.transpose(1, 2).reshape({B, T, heads_local_ * d}), o_proj->weight, o_proj->bias, tp_);
+  }
+#endif
   if (group > 1) {
     k = k.unsqueeze(2).expand({B, kv_local_, group, S, d}).reshape({B, heads_local_, S, d});
     v = v.unsqueeze(2).expand({B, kv_local_, group, S, d}).reshape({B, heads_local_, S, d});
   }
-  auto scores = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(double(d)));
-  if (T > 1) {  // query at absolute position pos0+i sees keys at positions <= pos0+i
+  torch::Tensor scores;
+  if (T > 1) {
+    // Causal: query at absolute position pos0+i sees keys at positions <= pos0+i. The mask is
+    // an additive 0/-inf bias that the batched GEMM adds while it scales (one pass over the
+    // [T, S] scores instead of three: product, scale, masked copy); same values bitwise.
     const int64_t past = S - T;
-    auto mask = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(past + 1);
-    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    auto bias = torch::zeros({T, S}, q.options().requires_grad(false))
+                    .masked_fill_(torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(past + 1),
+                                  -std::numeric_limits<float>::infinity());
+    scores = torch::baddbmm(bias, q.reshape({B * heads_local_, T, d}), k.reshape({B * heads_local_, S, d}).transpose(1, 2),
+                            /*beta=*/1.0, /*alpha=*/scale)
+                 .view({B, heads_local_, T, S});
+  } else {
+    scores = torch::matmul(q, k.transpose(2, 3)) * scale;
   }
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
   auto o = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, heads_local_ * d});

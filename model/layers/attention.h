@@ -18,6 +18,14 @@ struct KvCache {
   torch::Tensor k, v;  // [batch, local kv heads, positions so far, head_dim]
 };
 
+// Which attention kernel forward() uses. With LibTorch >= 2.1 the fused
+// at::scaled_dot_product_attention (flash attention, no [T, S] score matrix in memory) unless
+// eager math is asked for: AC_ATTENTION=eager in the environment (read once) or
+// set_eager_attention(true) (tests compare the two). LibTorch 1.x has only the eager path.
+bool sdpa_available();
+bool eager_attention();
+void set_eager_attention(bool eager);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   // rope_theta <= 0: no positional rotation (Nemotron-H attention layers).
