@@ -162,50 +162,50 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCac
     cache->k = k;
     cache->v = v;
   }
-  const int64_t S = k.size(2), group = heads_local_ / kv_local_;
+  auto o = attention_core(q, k, v).transpose(1, 2).reshape({B, T, heads_local_ * d});
+  return row_parallel(o, o_proj->weight, o_proj->bias, tp_);
+}
+
+torch::Tensor attention_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), d = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2), group = H / Hkv, past = S - T;
   const double scale = 1.0 / std::sqrt(double(d));
+  // Causal over the whole (cached + new) key range: query pos0+i sees keys <= pos0+i.
+  auto causal_above = [&] {  // true where a query must not look: above diagonal `past`
+    return torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(past + 1);
+  };
 #ifdef AC_HAVE_SDPA
   if (!eager_attention()) {
-    // Causal over the whole (cached + new) key range: query pos0+i sees keys <= pos0+i. With
-    // no cached keys that is is_causal; after a cache, a boolean mask (true = attend).
-    const int64_t past = S - T;
-    torch::Tensor mask;
-    if (T > 1 && past > 0)
-      mask = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).tril(past);
+    // No cached keys: is_causal; after cached keys, a boolean mask (true = attend). An absent
+    // mask must be nullopt, not an undefined tensor.
+    c10::optional<at::Tensor> mask;
+    if (T > 1 && past > 0) mask = causal_above().logical_not();
 #ifdef AC_HAVE_SDPA_GQA
-    auto o = at::scaled_dot_product_attention(q, k, v, mask, 0.0, T > 1 && past == 0, scale, /*enable_gqa=*/group > 1);
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, T > 1 && past == 0, scale, /*enable_gqa=*/group > 1);
 #else
-    if (group > 1) {
-      k = k.repeat_interleave(group, 1);
-      v = v.repeat_interleave(group, 1);
-    }
-    auto o = at::scaled_dot_product_attention(q, k, v, mask, 0.0, T > 1 && past == 0, scale);
+    if (group > 1) k = k.repeat_interleave(group, 1), v = v.repeat_interleave(group, 1);
+    return at::scaled_dot_product_attention(q, k, v, mask, 0.0, T > 1 && past == 0, scale);
 #endif
-    return row_parallel(o.transpose(1, 2).reshape({B, T, heads_local_ * d}), o_proj->weight, o_proj->bias, tp_);
   }
 #endif
   if (group > 1) {
-    k = k.unsqueeze(2).expand({B, kv_local_, group, S, d}).reshape({B, heads_local_, S, d});
-    v = v.unsqueeze(2).expand({B, kv_local_, group, S, d}).reshape({B, heads_local_, S, d});
+    k = k.unsqueeze(2).expand({B, Hkv, group, S, d}).reshape({B, H, S, d});
+    v = v.unsqueeze(2).expand({B, Hkv, group, S, d}).reshape({B, H, S, d});
   }
   torch::Tensor scores;
   if (T > 1) {
-    // Causal: query at absolute position pos0+i sees keys at positions <= pos0+i. The mask is
-    // an additive 0/-inf bias that the batched GEMM adds while it scales (one pass over the
-    // [T, S] scores instead of three: product, scale, masked copy); same values bitwise.
-    const int64_t past = S - T;
+    // The mask is an additive 0/-inf bias that the batched GEMM adds while it scales (one pass
+    // over the [T, S] scores instead of three: product, scale, masked copy); same values bitwise.
     auto bias = torch::zeros({T, S}, q.options().requires_grad(false))
-                    .masked_fill_(torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device())).triu(past + 1),
-                                  -std::numeric_limits<float>::infinity());
-    scores = torch::baddbmm(bias, q.reshape({B * heads_local_, T, d}), k.reshape({B * heads_local_, S, d}).transpose(1, 2),
+                    .masked_fill_(causal_above(), -std::numeric_limits<float>::infinity());
+    scores = torch::baddbmm(bias, q.reshape({B * H, T, d}), k.reshape({B * H, S, d}).transpose(1, 2),
                             /*beta=*/1.0, /*alpha=*/scale)
-                 .view({B, heads_local_, T, S});
+                 .view({B, H, T, S});
   } else {
     scores = torch::matmul(q, k.transpose(2, 3)) * scale;
   }
   auto probs = torch::softmax(scores, -1, torch::kFloat32).to(q.scalar_type());
-  auto o = torch::matmul(probs, v).transpose(1, 2).reshape({B, T, heads_local_ * d});
-  return row_parallel(o, o_proj->weight, o_proj->bias, tp_);
+  return torch::matmul(probs, v);
 }
 
 }  // namespace ac::model

@@ -26,6 +26,12 @@ bool sdpa_available();
 bool eager_attention();
 void set_eager_attention(bool eager);
 
+// softmax(q k^T / sqrt(d) + causal mask) v, the attention core without projections, RoPE or
+// cache: q [B, H, T, d], k and v [B, Hkv, S, d] (H a multiple of Hkv; the last T of the S
+// key positions are the queries' own, the S - T before them cached). Returns [B, H, T, d].
+// The kernel is the one eager_attention() selects (the cost calibration times this too).
+torch::Tensor attention_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v);
+
 class AttentionImpl : public torch::nn::Module {
  public:
   // rope_theta <= 0: no positional rotation (Nemotron-H attention layers).

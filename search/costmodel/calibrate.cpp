@@ -14,6 +14,7 @@
 #include "dist/error.h"
 #include "dist/communicator.h"
 #include "dist/omp_env.h"
+#include "model/layers/attention.h"
 #include "model/layers/mamba2.h"
 #include "model/model.h"
 
@@ -226,19 +227,13 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
       r.points.back().rows = double(m);
     }
   }
-  // Causal attention as plain ops (what this project's model code runs on CPU): the useful
-  // work is counted causally, so the fitted efficiency absorbs the masked half.
+  // Causal attention by the model's own core (model::attention_core: the fused SDPA kernel on
+  // LibTorch >= 2.1, eager math before): the useful work is counted causally, so the fitted
+  // efficiency absorbs the masked half.
   for (int64_t S : o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{128, 512, 1024, 2048}) {
     const int64_t H = 8, D = 64;
     auto q = torch::randn({1, H, S, D}, opt), k = torch::randn({1, H, S, D}, opt), v = torch::randn({1, H, S, D}, opt);
-    auto mask = torch::ones({S, S}, torch::TensorOptions().dtype(torch::kBool).device(dev)).triu(1);
-    const double s = time_it(
-        [&] {
-          auto sc = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(D));
-          sc = sc.masked_fill(mask, -INFINITY);
-          (void)torch::matmul(torch::softmax(sc, -1), v);
-        },
-        dev, o.min_seconds, clock);
+    const double s = time_it([&] { (void)model::attention_core(q, k, v); }, dev, o.min_seconds, clock);
     add("attention", "H8 D64 S" + std::to_string(S), 4.0 * H * D * S * (S + 1) / 2.0, eb * 4.0 * S * H * D, s);
   }
   // Mamba-2 chunked scan (SSD) over one chunk length, float32, G = 1 group.
