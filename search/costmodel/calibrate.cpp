@@ -113,6 +113,29 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+// A GEMM point as a model runs it: y = x W^T with W in the nn.Linear layout [out, in], each
+// call on the next weight of a pool larger than the CPU's caches, so weights stream from
+// memory as in a forward pass instead of staying hot across repetitions.
+std::vector<torch::Tensor> weight_pool(int64_t n, const torch::TensorOptions& opt, double pool_bytes) {
+  const double bytes = double(n * n) * double(torch::elementSize(torch::typeMetaToScalarType(opt.dtype())));
+  std::vector<torch::Tensor> pool;
+  for (int64_t i = 0, copies = std::max<int64_t>(1, int64_t(std::ceil(pool_bytes / bytes))); i < copies; ++i)
+    pool.push_back(torch::randn({n, n}, opt));
+  return pool;
+}
+double time_linear(int64_t m, const std::vector<torch::Tensor>& pool, const torch::TensorOptions& opt,
+                   double min_seconds, const Stopwatch& clock) {
+  auto a = torch::randn({m, pool.front().size(1)}, opt);
+  size_t next = 0;
+  return time_it(
+      [&] {
+        (void)torch::nn::functional::linear(a, pool[next]);
+        next = (next + 1) % pool.size();
+      },
+      opt.device(), min_seconds, clock);
+}
+constexpr double kGemmPoolBytes = 64.0 * 1048576, kQuickGemmPoolBytes = 16.0 * 1048576;
+
 // Fits t = a * w + c (a, c >= 0) minimising the relative error sum(((a w + c) - t) / t)^2.
 std::pair<double, double> fit_linear(const std::vector<double>& w, const std::vector<double>& t) {
   double sww = 0, sw = 0, s1 = 0, swt = 0, st = 0;
@@ -205,23 +228,12 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   // GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound).
   const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048};
-  // As a model runs them: weights in the nn.Linear layout [out, in] (y = x W^T), and each call
-  // on a different weight from a pool larger than the CPU's caches, so weights stream from
-  // memory as in a forward pass instead of staying hot in cache across repetitions.
-  const double pool_bytes = (o.quick ? 16.0 : 64.0) * 1048576;
+  // As a model runs them (weight_pool / time_linear: cold `x W^T`).
+  const double pool_bytes = o.quick ? kQuickGemmPoolBytes : kGemmPoolBytes;
   for (int64_t n : widths) {
-    std::vector<torch::Tensor> pool;
-    const int64_t copies = std::max<int64_t>(1, int64_t(std::ceil(pool_bytes / (eb * double(n * n)))));
-    for (int64_t i = 0; i < copies; ++i) pool.push_back(torch::randn({n, n}, opt));
-    size_t next = 0;
+    const std::vector<torch::Tensor> pool = weight_pool(n, opt, pool_bytes);
     for (int64_t m : rows) {
-      auto a = torch::randn({m, n}, opt);
-      const double s = time_it(
-          [&] {
-            (void)torch::nn::functional::linear(a, pool[next]);
-            next = (next + 1) % pool.size();
-          },
-          dev, o.min_seconds, clock);
+      const double s = time_linear(m, pool, opt, o.min_seconds, clock);
       add("gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n), 2.0 * m * n * n,
           eb * double(m * n + n * n + m * n), s);
       r.points.back().rows = double(m);
@@ -625,6 +637,24 @@ json CalibrationResult::to_json() const {
   }
   j["measurements"] = {{"mape", mape}, {"clock", clock}, {"points", m}};
   return j;
+}
+
+std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string& dtype, double min_seconds) {
+  std::vector<SpeedProbe> out;
+  const int64_t n = 1024;
+  const auto dt = dtype == "float32" ? torch::kFloat32 : dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+  const auto opt = torch::TensorOptions().dtype(dt);
+  const Stopwatch clock = Stopwatch::for_device("cpu");
+  std::vector<torch::Tensor> pool;
+  torch::NoGradGuard no_grad;
+  for (int64_t m : {512, 16, 1}) {
+    const std::string point = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n);
+    const auto it = hw.calibration_seconds.find(point);
+    if (it == hw.calibration_seconds.end() || !(it->second > 0)) continue;
+    if (pool.empty()) pool = weight_pool(n, opt, kGemmPoolBytes);
+    out.push_back({point, it->second, time_linear(m, pool, opt, min_seconds, clock)});
+  }
+  return out;
 }
 
 }  // namespace ac::search

@@ -75,4 +75,15 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
                            const std::vector<std::array<double, 3>>& gemms, double elem_bytes);
 double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vector<double>& features);
 
+// How fast this CPU runs now against a profile's own calibration: re-times the profile's GEMM
+// points at width 1024 (512, 16 and 1 rows; the same code, cold weights, the clock of the
+// current thread setting) that its `measurements` hold. Empty when it holds none (GPU
+// profiles). `cost validate` runs it before and after its sweeps: a machine that has become
+// slower since calibration shows up in every row's error, not in the model.
+struct SpeedProbe {
+  std::string point;
+  double calibrated_s = 0, now_s = 0;
+};
+std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string& dtype, double min_seconds = 0.05);
+
 }  // namespace ac::search

@@ -189,7 +189,13 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     c.measured = true;
   }
   f.has("comment");
-  f.has("measurements");
+  if (f.has("measurements") && j.at("measurements").is_object() && j.at("measurements").contains("points") &&
+      j.at("measurements").at("points").is_array())
+    for (const auto& pt : j.at("measurements").at("points"))  // informational: malformed points are skipped
+      if (pt.is_object() && pt.value("kind", json()).is_string() && pt.value("shape", json()).is_string() &&
+          pt.value("seconds", json()).is_number())
+        h.calibration_seconds[pt.at("kind").get<std::string>() + " " + pt.at("shape").get<std::string>()] =
+            pt.at("seconds").get<double>();
   f.no_unknown();
   return h;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <map>
 #include <string>
 
 namespace ac::search {
@@ -64,6 +65,10 @@ struct HardwareProfile {
     double moe_fixed = 0, moe_per_expert = 0;
     double mamba_fixed = 0;
   } decode;
+  // The profile's own calibration measurements ("kind shape" -> median seconds, from the
+  // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):
+  // `cost validate` re-times a few of them to say how fast this machine runs now.
+  std::map<std::string, double> calibration_seconds;
 };
 
 // How a serving engine sizes memory and batches work.

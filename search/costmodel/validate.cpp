@@ -241,6 +241,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     double peak = 0;
   };
   std::vector<Samples> samples(cases.size());
+  r.speed_start = probe_speed(hw, o.dtype);
   for (int sweep = 0; sweep < std::max(1, o.sweeps); ++sweep)
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const auto& c = cases[ci];
@@ -281,6 +282,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
       cache = model::InferenceCache{};
       holder.reset();
     }
+  r.speed_end = probe_speed(hw, o.dtype);
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const auto& c = cases[ci];
     const Samples& sm = samples[ci];
@@ -324,6 +326,12 @@ nlohmann::json ValidationResult::to_json() const {
                       {"memory_bytes", {{"predicted", x.predicted_memory_bytes}, {"measured", x.measured_memory_bytes}}},
                       {"weight_bytes", x.weight_bytes},
                       {"wall_clock_s", {{"prefill", x.wall_prefill_s}, {"decode", x.wall_decode_s}}}});
+  nlohmann::json speed = nlohmann::json::array();
+  for (size_t i = 0; i < speed_start.size() && i < speed_end.size(); ++i)
+    speed.push_back({{"point", speed_start[i].point},
+                     {"calibrated_s", speed_start[i].calibrated_s},
+                     {"start_s", speed_start[i].now_s},
+                     {"end_s", speed_end[i].now_s}});
   return {{"format", "autocompress.cost_validation"},
           {"version", 1},
           {"hardware", hardware},
@@ -342,6 +350,7 @@ nlohmann::json ValidationResult::to_json() const {
           {"calibration", "the hardware profile is fitted on operator microbenchmarks only; no architecture here was "
                           "used to fit it"},
           {"rows", rows_j},
+          {"machine_speed", speed},
           {"mape", {{"prefill", mape_prefill}, {"decode", mape_decode}, {"latency", mape_latency}, {"memory", mape_memory}}}};
 }
 
@@ -372,6 +381,27 @@ std::string ValidationResult::table() const {
                 "MAPE over %zu architectures: prefill %.1f%%, decode %.1f%% (latency %.1f%%), memory %.1f%%\n",
                 rows.size(), 100 * mape_prefill, 100 * mape_decode, 100 * mape_latency, 100 * mape_memory);
   out += buf;
+  // Machine speed against the calibration: a ratio far from 1 moves every row the same way.
+  if (!speed_start.empty() && speed_start.size() == speed_end.size()) {
+    std::string line = "machine speed vs the profile's calibration (time now / then):";
+    std::vector<double> ratios;
+    for (size_t i = 0; i < speed_start.size(); ++i) {
+      const double a = speed_start[i].now_s / speed_start[i].calibrated_s, b = speed_end[i].now_s / speed_end[i].calibrated_s;
+      ratios.push_back(a), ratios.push_back(b);
+      std::snprintf(buf, sizeof buf, " %s %.2f before, %.2f after;", speed_start[i].point.c_str(), a, b);
+      line += buf;
+    }
+    out += line + "\n";
+    std::sort(ratios.begin(), ratios.end());
+    const double med = 0.5 * (ratios[(ratios.size() - 1) / 2] + ratios[ratios.size() / 2]);
+    if (med > 1.15 || med < 1 / 1.15) {
+      std::snprintf(buf, sizeof buf,
+                    "note: this machine runs %.0f%% %s than when the profile was calibrated; that shifts every "
+                    "row's error. Recalibrate (cost calibrate) right before validating.\n",
+                    100 * std::fabs(med - 1), med > 1 ? "slower" : "faster");
+      out += buf;
+    }
+  }
   return out;
 }
 

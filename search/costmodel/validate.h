@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/arch_spec.h"
+#include "search/costmodel/calibrate.h"
 #include "search/costmodel/profiles.h"
 
 namespace ac::search {
@@ -52,6 +53,9 @@ struct ValidationResult {
   std::string clock;
   std::vector<ValidationRow> rows;
   double mape_prefill = 0, mape_decode = 0, mape_latency = 0, mape_memory = 0;
+  // The profile's GEMM points re-timed before and after the sweeps (probe_speed): time now /
+  // time at calibration near 1 means the machine runs as it did when it was calibrated.
+  std::vector<SpeedProbe> speed_start, speed_end;
   nlohmann::json to_json() const;
   std::string table() const;
 };

@@ -12,6 +12,7 @@ expect_rc 0 "$AC_BIN" cost validate --hardware "$HW" --limit 3 --prompt-tokens 6
   --out "$T/report.json"
 expect_out "MAPE over 3 architectures: prefill"
 expect_out "dense-256-4L"
+expect_out "machine speed vs the profile's calibration"
 python3 - "$T/report.json" <<'PY' || fail "report json"
 import json, sys
 j = json.load(open(sys.argv[1]))
@@ -24,6 +25,12 @@ for r in j["rows"]:
     assert r["memory_bytes"]["measured"] >= r["weight_bytes"], r
 for k in ("prefill", "decode", "latency", "memory"):
     assert j["mape"][k] >= 0, j["mape"]
+# The profile's own GEMM points re-timed before and after the sweeps (machine speed check).
+pts = [p["point"] for p in j["machine_speed"]]
+assert pts == ["gemm 512x1024x1024", "gemm 16x1024x1024", "gemm 1x1024x1024"], pts
+for p in j["machine_speed"]:
+    assert p["calibrated_s"] > 0 and p["start_s"] > 0 and p["end_s"] > 0, p
+    assert 0.1 < p["start_s"] / p["calibrated_s"] < 10, p  # same code, same machine class: not 10x off
 print("report ok")
 PY
 
