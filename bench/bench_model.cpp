@@ -30,7 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ac::dist::default_passive_omp_wait(argc, argv);  // as the autocompress launcher does
+  ac::dist::default_omp_wait(argc, argv);  // as the autocompress launcher does
   std::map<std::string, std::string> a = {{"--dtype", "float32"}, {"--batch", "2"}, {"--seq", "256"},
                                           {"--threads", "1"},      {"--iters", "5"},  {"--warmup", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"impl", "autocompress"},
                           {"dtype", a["--dtype"]},
                           {"threads", torch::get_num_threads()},
-                          {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""},
+                          {"omp_wait", ac::dist::omp_wait_setting()},
                           {"tokens", tokens},
                           {"params", model->logical_parameter_count()},
                           {"fwd_s", fwd},

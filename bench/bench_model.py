@@ -7,8 +7,10 @@ threads and input ids, measured in one run; prints tokens/s and the ratio C++ / 
 Models (random weights, created here with transformers): ~21M dense LlamaForCausalLM and a
 ~21M NemotronH hybrid (Mamba-2, attention, squared-ReLU MLP, MoE). dtypes float32, bfloat16.
 Needs pip torch + transformers + safetensors (not used by CI).
-bench_model, like the autocompress launcher, re-executes itself with OMP_WAIT_POLICY=PASSIVE
-when the variable is unset (dist/omp_env.h); AC_NO_REEXEC=1 measures libgomp's default instead.
+bench_model, like the autocompress launcher, re-executes itself with GOMP_SPINCOUNT=1000 when
+neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set (dist/omp_env.h); AC_NO_REEXEC=1 measures
+libgomp's default instead. Those variables are the C++ side's only: the PyTorch side runs with
+this process's environment.
 """
 import argparse
 import json
@@ -104,7 +106,7 @@ def main():
                     res = json.loads(out.strip().splitlines()[-1])
                     best["cpp_fwd"] = max(best["cpp_fwd"], res["fwd_tokens_per_s"])
                     best["cpp_fwdbwd"] = max(best["cpp_fwdbwd"], res["fwdbwd_tokens_per_s"])
-                    wait_policy = res.get("omp_wait_policy", "?")
+                    wait_policy = res.get("omp_wait", "?")
                 row = dict(model=name, params=nparams, dtype=dtype, tokens=tok, **best)
                 row["ratio_fwd"] = row["cpp_fwd"] / row["torch_fwd"]
                 row["ratio_fwdbwd"] = row["cpp_fwdbwd"] / row["torch_fwdbwd"]
@@ -113,8 +115,9 @@ def main():
                       f"C++ {row['cpp_fwd']:8.0f} ratio {row['ratio_fwd']:.2f} | fwd+bwd tok/s: torch "
                       f"{row['torch_fwdbwd']:8.0f} C++ {row['cpp_fwdbwd']:8.0f} ratio {row['ratio_fwdbwd']:.2f}", flush=True)
     print(f"versions: torch {torch.__version__}, transformers {transformers.__version__}, threads {a.threads}, "
-          f"batch {a.batch} x seq {a.seq}; OMP_WAIT_POLICY: PyTorch process "
-          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, bench_model {wait_policy or 'unset'}")
+          f"batch {a.batch} x seq {a.seq}; OpenMP waiting: PyTorch process "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')} GOMP_SPINCOUNT="
+          f"{os.environ.get('GOMP_SPINCOUNT', 'unset')}, bench_model {wait_policy}")
     return 0
 
 

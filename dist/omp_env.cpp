@@ -14,12 +14,14 @@
 
 namespace ac::dist {
 
-void default_passive_omp_wait(int argc, char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("AC_NO_REEXEC") != nullptr) return;
+void default_omp_wait(int argc, char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr ||
+      std::getenv("AC_NO_REEXEC") != nullptr)
+    return;
   if (argc < 2 || argv == nullptr || argv[0] == nullptr) return;
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--version")) return;
-  // One thread: no OpenMP team spins, and OpenBLAS takes OMP_NUM_THREADS too.
+  // One thread: no OpenMP team waits, and OpenBLAS takes OMP_NUM_THREADS too.
   const char* threads = std::getenv("OMP_NUM_THREADS");
   if ((threads != nullptr && std::string(threads) == "1") || std::thread::hardware_concurrency() == 1) return;
   char exe[4096];
@@ -30,12 +32,19 @@ void default_passive_omp_wait(int argc, char** argv) {
   const std::string path(exe);
   const std::string base = path.substr(path.find_last_of('/') + 1);
   if (base.rfind("ld-", 0) == 0 || base.rfind("ld.so", 0) == 0) return;
-  if (setenv("OMP_WAIT_POLICY", "PASSIVE", 0) != 0) return;
+  if (setenv("GOMP_SPINCOUNT", kDefaultGompSpincount, 0) != 0) return;
   execv("/proc/self/exe", argv);
-  // Only reached when execv failed: carry on in this process (the policy stays the default).
-  std::fprintf(stderr, "autocompress: note: could not re-execute with OMP_WAIT_POLICY=PASSIVE (%s); "
-                       "set it in the environment for full CPU speed\n", std::strerror(errno));
-  unsetenv("OMP_WAIT_POLICY");
+  // Only reached when execv failed: carry on in this process (libgomp's defaults stay).
+  std::fprintf(stderr, "autocompress: note: could not re-execute with GOMP_SPINCOUNT=%s (%s); "
+                       "set it in the environment for full CPU speed\n", kDefaultGompSpincount, std::strerror(errno));
+  unsetenv("GOMP_SPINCOUNT");
+}
+
+std::string omp_wait_setting() {
+  std::string s;
+  for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
+    if (const char* v = std::getenv(name)) s += (s.empty() ? "" : " ") + std::string(name) + "=" + v;
+  return s.empty() ? "libgomp default" : s;
 }
 
 namespace {

@@ -1,25 +1,36 @@
-// OpenMP wait policy for CPU runs: make it PASSIVE unless the user chose one.
+// OpenMP waiting for CPU runs: a short spin (GOMP_SPINCOUNT=1000) unless the user chose one.
 //
 // Debian's LibTorch runs fp32 GEMMs in OpenBLAS's own pthread pool while its other ops use
-// libgomp's OpenMP pool. With the default (spinning) wait policy the idle OpenMP workers keep
-// the cores busy after every parallel region and OpenBLAS's threads get only what is left:
-// at 2 threads fp32 forward/backward runs at half speed (docs/benchmarks.md). libgomp reads
-// OMP_WAIT_POLICY once, when it is loaded, so setting it from main() is too late: the process
-// has to be started again with it in its environment.
+// libgomp's OpenMP pool. With libgomp's default (spin ~300k iterations before sleeping) the
+// idle OpenMP workers keep the cores busy after every parallel region and OpenBLAS's threads
+// get only what is left: at 2 threads fp32 forward/backward ran at 0.4x. Sleeping at once
+// (OMP_WAIT_POLICY=PASSIVE, sessions 3) fixes that but makes every small parallel op wake a
+// sleeping thread: bf16 steps at 2 threads ran at 0.71-0.95 of PyTorch. A spin of 1000
+// iterations (a few microseconds) keeps both: measured in docs/benchmarks.md ("OpenMP
+// waiting"). libgomp reads these variables once, when it is loaded, so setting them from
+// main() is too late: the process has to be started again with them in its environment.
 #pragma once
+
+#include <string>
 
 namespace ac::dist {
 
+constexpr const char* kDefaultGompSpincount = "1000";
+
 // Call first thing in main(), before MPI is initialised and before any output. When
-// OMP_WAIT_POLICY and AC_NO_REEXEC are both unset, sets OMP_WAIT_POLICY=PASSIVE and replaces
-// the process image with /proc/self/exe and the same argv (execv keeps the PID, so mpirun,
-// Slurm and debuggers keep tracking the same process). A value the user set is kept as it is.
-// Returns (doing nothing) when the variable is already set, when AC_NO_REEXEC is set, when
-// the run is single-threaded anyway (OMP_NUM_THREADS=1, one hardware thread), for a help /
-// version call or no arguments (loading LibTorch twice costs ~0.5 s), or when the re-exec is
-// impossible (no /proc, the program was started through the dynamic loader); then the run
-// goes on with libgomp's default policy.
-void default_passive_omp_wait(int argc, char** argv);
+// OMP_WAIT_POLICY, GOMP_SPINCOUNT and AC_NO_REEXEC are all unset, sets
+// GOMP_SPINCOUNT=kDefaultGompSpincount and replaces the process image with /proc/self/exe and
+// the same argv (execv keeps the PID, so mpirun, Slurm and debuggers keep tracking the same
+// process). Values the user set are kept as they are. Returns (doing nothing) when one of
+// them is set, when the run is single-threaded anyway (OMP_NUM_THREADS=1, one hardware
+// thread), for a help / version call or no arguments (loading LibTorch twice costs ~0.5 s),
+// or when the re-exec is impossible (no /proc, the program was started through the dynamic
+// loader); then the run goes on with libgomp's defaults.
+void default_omp_wait(int argc, char** argv);
+
+// How OpenMP workers wait in this process, for reports: "OMP_WAIT_POLICY=..." and/or
+// "GOMP_SPINCOUNT=..." as set, or "libgomp default".
+std::string omp_wait_setting();
 
 // Sets the compute threads of every pool the CPU path uses: ATen's intra-op (OpenMP) pool and
 // OpenBLAS's own pthread pool, when the BLAS LibTorch runs on is OpenBLAS (found at run time

@@ -37,9 +37,11 @@ nlohmann::json build_features() {
   j["cuda"] = {{"toolkit", std::string(AC_CUDA_TOOLKIT_VERSION)},
                {"torch_cuda_available", torch::cuda::is_available()},
                {"devices", torch::cuda::is_available() ? torch::cuda::device_count() : 0}};
-  const char* wait = std::getenv("OMP_WAIT_POLICY");  // set by the launcher unless the user did
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  const char* spin = std::getenv("GOMP_SPINCOUNT");  // set by the launcher unless the user set one of them
   j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
                   {"omp_wait_policy", wait ? std::string(wait) : std::string()},
+                  {"gomp_spincount", spin ? std::string(spin) : std::string()},
                   {"openblas", dist::blas_threads()}};  // 0: LibTorch's BLAS is not OpenBLAS
   return j;
 }

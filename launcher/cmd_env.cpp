@@ -88,6 +88,10 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
                        (f["threads"]["omp_wait_policy"].get<std::string>().empty()
                             ? std::string("unset")
                             : f["threads"]["omp_wait_policy"].get<std::string>()) +
+                       ", GOMP_SPINCOUNT " +
+                       (f["threads"]["gomp_spincount"].get<std::string>().empty()
+                            ? std::string("unset")
+                            : f["threads"]["gomp_spincount"].get<std::string>()) +
                        (f["threads"]["openblas"].get<int>() > 0
                             ? ", OpenBLAS " + std::to_string(f["threads"]["openblas"].get<int>())
                             : std::string()));

@@ -110,8 +110,8 @@ int run_subcommand(ac::dist::Runtime& rt, const Subcommand& cmd, int argc, char*
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Before MPI_Init: may re-execute this program with OMP_WAIT_POLICY=PASSIVE (dist/omp_env.h).
-  ac::dist::default_passive_omp_wait(argc, argv);
+  // Before MPI_Init: may re-execute this program with GOMP_SPINCOUNT set (dist/omp_env.h).
+  ac::dist::default_omp_wait(argc, argv);
   ac::dist::Runtime rt(&argc, &argv);
   // LibTorch defaults to the physical core count (1 on a 2-vCPU VM). Unless the user set
   // OMP_NUM_THREADS, share the node's hardware threads among the ranks on it.

@@ -78,26 +78,29 @@ expect_out "missing.cfg: --config: cannot open"
 printf 'tp = two\n' >"$T/bad3.cfg"
 expect_rc 2 "$AC_BIN" env --config "$T/bad3.cfg"
 expect_out "tp"
-# OMP_WAIT_POLICY: PASSIVE by default (the launcher re-executes itself with it before
-# MPI_Init), a value the user set is kept, AC_NO_REEXEC=1 turns the re-exec off; under
-# mpirun the re-executed ranks still form the job.
-# (Not for single-threaded runs: this suite's OMP_NUM_THREADS=1 keeps the default.)
-expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC OMP_NUM_THREADS=2 "$AC_BIN" env
-expect_out "OMP_WAIT_POLICY PASSIVE"
-expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC -u OMP_NUM_THREADS "$AC_BIN" env
-if [ "$(nproc)" -gt 1 ]; then expect_out "OMP_WAIT_POLICY PASSIVE"; fi
-expect_rc 0 env -u AC_NO_REEXEC OMP_WAIT_POLICY=ACTIVE OMP_NUM_THREADS=2 "$AC_BIN" env
-expect_out "OMP_WAIT_POLICY ACTIVE"
-expect_rc 0 env -u OMP_WAIT_POLICY AC_NO_REEXEC=1 OMP_NUM_THREADS=2 "$AC_BIN" env
-expect_out "OMP_WAIT_POLICY unset"
-expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC "$AC_BIN" env
-expect_out "OMP_WAIT_POLICY unset"
-expect_rc 0 env -u OMP_WAIT_POLICY -u AC_NO_REEXEC OMP_NUM_THREADS=2 $MPIEXEC -n 2 "$AC_BIN" env --json
+# OpenMP waiting: GOMP_SPINCOUNT=1000 by default (the launcher re-executes itself with it
+# before MPI_Init), a value the user set (OMP_WAIT_POLICY or GOMP_SPINCOUNT) is kept and no
+# default is added, AC_NO_REEXEC=1 turns the re-exec off; under mpirun the re-executed ranks
+# still form the job. (Not for single-threaded runs: this suite's OMP_NUM_THREADS=1 keeps the default.)
+expect_rc 0 env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u AC_NO_REEXEC OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY unset, GOMP_SPINCOUNT 1000"
+expect_rc 0 env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u AC_NO_REEXEC -u OMP_NUM_THREADS "$AC_BIN" env
+if [ "$(nproc)" -gt 1 ]; then expect_out "GOMP_SPINCOUNT 1000"; fi
+expect_rc 0 env -u AC_NO_REEXEC -u GOMP_SPINCOUNT OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY PASSIVE, GOMP_SPINCOUNT unset"
+expect_rc 0 env -u AC_NO_REEXEC -u OMP_WAIT_POLICY GOMP_SPINCOUNT=7 OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY unset, GOMP_SPINCOUNT 7"
+expect_rc 0 env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT AC_NO_REEXEC=1 OMP_NUM_THREADS=2 "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY unset, GOMP_SPINCOUNT unset"
+expect_rc 0 env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u AC_NO_REEXEC "$AC_BIN" env
+expect_out "OMP_WAIT_POLICY unset, GOMP_SPINCOUNT unset"
+expect_rc 0 env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u AC_NO_REEXEC OMP_NUM_THREADS=2 $MPIEXEC -n 2 "$AC_BIN" env --json
 python3 -c "
 import json
 d = json.load(open('$T/out'))
 assert d['layout']['world_size'] == 2, d['layout']
-assert d['build']['threads']['omp_wait_policy'] == 'PASSIVE', d['build']['threads']
+assert d['build']['threads']['gomp_spincount'] == '1000', d['build']['threads']
+assert d['build']['threads']['omp_wait_policy'] == '', d['build']['threads']
 " || fail "env --json under 2 re-executed ranks"
 # OpenBLAS's own thread pool follows the launcher's thread count (dist::set_compute_threads):
 # 2 ranks on this node share its hardware threads, and OpenBLAS must not keep one thread per
