@@ -116,23 +116,23 @@ double median(std::vector<double> v) {
 // A GEMM point as a model runs it: y = x W^T with W in the nn.Linear layout [out, in], each
 // call on the next weight of a pool larger than the CPU's caches, so weights stream from
 // memory as in a forward pass instead of staying hot across repetitions.
-std::vector<torch::Tensor> weight_pool(int64_t n, const torch::TensorOptions& opt, double pool_bytes) {
-  const double bytes = double(n * n) * double(torch::elementSize(torch::typeMetaToScalarType(opt.dtype())));
+std::vector<torch::Tensor> weight_pool(int64_t out, int64_t in, const torch::TensorOptions& opt, double pool_bytes) {
+  const double bytes = double(out * in) * double(torch::elementSize(torch::typeMetaToScalarType(opt.dtype())));
   std::vector<torch::Tensor> pool;
   for (int64_t i = 0, copies = std::max<int64_t>(1, int64_t(std::ceil(pool_bytes / bytes))); i < copies; ++i)
-    pool.push_back(torch::randn({n, n}, opt));
+    pool.push_back(torch::randn({out, in}, opt));
   return pool;
 }
-double time_linear(int64_t m, const std::vector<torch::Tensor>& pool, const torch::TensorOptions& opt,
-                   double min_seconds, const Stopwatch& clock) {
-  auto a = torch::randn({m, pool.front().size(1)}, opt);
+// Median time of linear(a, W) going round the pool.
+double time_linear(const torch::Tensor& a, const std::vector<torch::Tensor>& pool, double min_seconds,
+                   const Stopwatch& clock) {
   size_t next = 0;
   return time_it(
       [&] {
         (void)torch::nn::functional::linear(a, pool[next]);
         next = (next + 1) % pool.size();
       },
-      opt.device(), min_seconds, clock);
+      a.device(), min_seconds, clock);
 }
 constexpr double kGemmPoolBytes = 64.0 * 1048576, kQuickGemmPoolBytes = 16.0 * 1048576;
 
@@ -201,6 +201,180 @@ std::vector<double> fit_nonneg(const std::vector<std::vector<double>>& X, const 
   return best;
 }
 
+void add_point(std::vector<CalibrationPoint>& points, const std::string& kind, const std::string& shape,
+               double flops, double bytes, double seconds) {
+  CalibrationPoint p;
+  p.kind = kind, p.shape = shape, p.flops = flops, p.bytes = bytes, p.seconds = seconds;
+  points.push_back(std::move(p));
+}
+
+// Decode steps (CPU): one-row GEMMs, then the model's own DecoderLayer at chosen sizes (one
+// layer with one sublayer, no architecture), a decode step of one token timed whole. Its
+// GEMMs are charged by the one-row GEMM line fitted here, the rest (norm, residual, casts,
+// RoPE, cache append, GQA expansion, scores, routing, dispatch) is fitted per sublayer kind
+// (HardwareProfile::DecodeStepCost).
+void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOptions& opt, torch::Dtype dt, double eb,
+                          double pool_bytes, const Stopwatch& clock, std::vector<CalibrationPoint>& points) {
+  auto add = [&](const std::string& kind, const std::string& shape, double flops, double bytes, double s) {
+    add_point(points, kind, shape, flops, bytes, s);
+  };
+  // One-row GEMMs [1, in] x [out, in]^T, cold: each call on another weight of a 64 MiB pool.
+  const std::vector<std::pair<int64_t, int64_t>> shapes =
+      o.quick ? std::vector<std::pair<int64_t, int64_t>>{{160, 224}, {1408, 320}, {320, 1408}, {2560, 576}, {96, 480}}
+              : std::vector<std::pair<int64_t, int64_t>>{{160, 224},  {1408, 320}, {320, 1408}, {2560, 576},
+                                                         {96, 480},   {704, 704},  {576, 2560}, {4000, 288},
+                                                         {288, 288},  {1200, 448}, {48, 640},   {3200, 160}};
+  for (const auto& [out, in] : shapes) {
+    const double s = time_linear(torch::randn({1, 1, in}, opt), weight_pool(out, in, opt, pool_bytes), o.min_seconds, clock);
+    add("gemv", "1 x " + std::to_string(in) + " -> " + std::to_string(out), 2.0 * double(out * in),
+        eb * double(out * in + out + in), s);
+    points.back().rows = 1;
+    points.back().features = {1.0, eb * double(out * in + out + in), double(out)};
+  }
+  model::TpGroup tp{dist::make_self_communicator()};
+  // kind, hidden, the layer, the cached tokens before the step, features, the GEMMs it runs.
+  struct Step {
+    const char* kind;
+    int64_t h;
+    model::LayerSpec layer;
+    int64_t past;
+    std::vector<double> features;
+    std::vector<std::array<double, 3>> gemms;
+  };
+  std::vector<Step> steps;
+  auto mlp_gemms = [](double mats, double ffn, double w) {
+    std::vector<std::array<double, 3>> g(size_t(mats - 1), {ffn, w, 1.0});
+    g.push_back({w, ffn, 1.0});
+    return g;
+  };
+  // attention: h, heads, kv heads, head dim, cached tokens (RoPE on; GQA 1:1 to 1:7)
+  for (const auto& [h, H, K, D, past] : std::vector<std::array<int64_t, 5>>{
+           {192, 3, 1, 64, 100}, {320, 5, 5, 64, 300}, {448, 7, 1, 64, 200}, {384, 6, 2, 64, 480},
+           {256, 8, 4, 32, 160}, {640, 10, 2, 64, 360}, {512, 16, 4, 32, 250}, {288, 9, 3, 32, 420}}) {
+    if (o.quick && steps.size() >= 4) break;
+    model::LayerSpec l;
+    l.attention = model::AttentionSpec{int(H), int(K), int(D)};
+    const double qd = double(H * D), kvd = double(K * D), hd = double(h);
+    steps.push_back({"attention_decode", h, l, past, {1.0, double(past) * kvd, double(past) * qd},
+                     {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}}});
+  }
+  // MLP: h, ffn, gated (SwiGLU) or not (ReLU2)
+  for (const auto& [h, ffn, gated] : std::vector<std::array<int64_t, 3>>{
+           {192, 640, 1}, {320, 1000, 1}, {448, 1536, 0}, {384, 2304, 1}, {576, 1200, 0}, {256, 2816, 1}}) {
+    model::LayerSpec l;
+    l.mlp = model::MlpSpec{ffn, gated ? model::MlpActivation::SwiGLU : model::MlpActivation::ReLU2};
+    steps.push_back({"mlp_decode", h, l, 0, {1.0, double(ffn)}, mlp_gemms(gated ? 3 : 2, double(ffn), double(h))});
+    if (o.quick && steps.size() >= 7) break;
+  }
+  // MoE: h, experts, top-k, expert FFN, shared FFN, latent
+  for (const auto& [h, E, k, eff, sh, lat] : std::vector<std::array<int64_t, 6>>{
+           {256, 6, 2, 256, 0, 0},   {320, 12, 3, 192, 320, 0}, {384, 10, 1, 512, 0, 0}, {448, 20, 4, 128, 0, 0},
+           {288, 16, 2, 160, 576, 0}, {512, 12, 2, 256, 0, 192}, {256, 24, 6, 96, 0, 0}}) {
+    model::LayerSpec l;
+    model::MoeSpec m;
+    m.num_experts = int(E), m.top_k = int(k), m.expert_ffn = eff, m.shared_ffn = sh, m.latent_size = lat;
+    l.moe = m;
+    const double w = double(lat > 0 ? lat : h), hd = double(h);
+    std::vector<std::array<double, 3>> g{{double(E), hd, 1}};
+    if (lat > 0) g.push_back({double(lat), hd, 1}), g.push_back({hd, double(lat), 1});
+    if (sh > 0)
+      for (const auto& x : mlp_gemms(3, double(sh), hd)) g.push_back(x);
+    for (int64_t e = 0; e < k; ++e)
+      for (const auto& x : mlp_gemms(3, double(eff), w)) g.push_back(x);
+    steps.push_back({"moe_decode", h, l, 0, {1.0, double(k)}, g});
+    if (o.quick && steps.size() >= 10) break;
+  }
+  // Mamba (the mixer's own step is the `mamba` term): the layer's norm and residual around it
+  for (const auto& [h, H, P, N, G] : std::vector<std::array<int64_t, 5>>{
+           {256, 4, 32, 16, 1}, {384, 8, 32, 128, 4}, {640, 24, 32, 16, 6}, {320, 10, 32, 64, 5}}) {
+    model::LayerSpec l;
+    model::MambaSpec ms;
+    ms.num_heads = int(H), ms.head_dim = int(P), ms.state_size = int(N), ms.n_groups = int(G), ms.chunk_size = 64;
+    l.mamba = ms;
+    const double di = double(H * P), hd = double(h);
+    steps.push_back({"mamba_decode", h, l, 64, mamba_step_features(1, double(H), double(P), double(N)),
+                     {{2.0 * di + 2.0 * double(G * N) + double(H), hd, 1}, {hd, di, 1}}});
+    if (o.quick) break;
+  }
+  // Weights cold, as in a model's decode step (the other layers' weights pass through the
+  // caches in between) while the code and the allocator stay warm: each size is a pool of
+  // copies of the layer holding > 40 MiB of weights, the steps go round the pool.
+  const int rounds = o.quick ? 1 : 3;
+  std::vector<std::vector<double>> ts(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& st = steps[i];
+    model::ArchSpec spec;
+    spec.hidden_size = st.h, spec.vocab_size = 256, spec.layers = {st.layer};
+    std::vector<model::DecoderLayer> pool;
+    std::vector<model::LayerCache> caches;
+    double held = 0;
+    while (held < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
+      pool.emplace_back(spec, 0, tp, dt);
+      pool.back()->eval();
+      for (const auto& q : pool.back()->parameters()) held += double(q.numel() * q.element_size());
+      caches.emplace_back();
+      if (st.past > 0) (void)pool.back()->forward(torch::randn({1, st.past, st.h}, opt), 0, &caches.back());
+    }
+    auto x1 = torch::randn({1, 1, st.h}, opt);
+    const size_t reps = std::max<size_t>(o.quick ? 9 : 21, pool.size());
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<double> t;
+      for (size_t rep = 0; rep <= reps; ++rep) {
+        const size_t k = rep % pool.size();
+        model::LayerCache c = caches[k];  // the same cached length every time (the step appends)
+        const double a = clock.now();
+        (void)pool[k]->forward(x1, st.past, &c);
+        if (rep > 0) t.push_back(clock.now() - a);
+      }
+      ts[i].push_back(median(t));
+    }
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto& st = steps[i];
+    std::string shape = "layer h" + std::to_string(st.h) + " step after " + std::to_string(st.past) + " tokens";
+    if (st.layer.attention)
+      shape += " heads " + std::to_string(st.layer.attention->num_heads) + "/" + std::to_string(st.layer.attention->num_kv_heads);
+    if (st.layer.mlp) shape += " ffn " + std::to_string(st.layer.mlp->ffn_size);
+    if (st.layer.moe) shape += " experts " + std::to_string(st.layer.moe->top_k) + "/" + std::to_string(st.layer.moe->num_experts);
+    if (st.layer.mamba) shape += " mamba heads " + std::to_string(st.layer.mamba->num_heads);
+    add(st.kind, shape, 0, 0, std::max(1e-7, median(ts[i])));
+    points.back().features = st.features;
+    points.back().gemms = st.gemms;
+  }
+}
+
+// Decode steps: the one-row GEMM line, then each sublayer kind's rest with its GEMMs (and the
+// Mamba mixer's fitted step) as a known offset.
+void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double eb) {
+  std::vector<std::vector<double>> X;
+  std::vector<double> t;
+  for (const auto& p : points)
+    if (p.kind == "gemv") X.push_back(p.features), t.push_back(p.seconds);
+  if (!X.empty()) {
+    const std::vector<double> c = fit_nonneg(X, t);
+    auto& d = h.decode;
+    d.gemv_fixed = c[0], d.gemv_per_byte = c[1], d.gemv_per_out = c[2];
+    d.measured = true;
+    for (const char* kind : {"attention_decode", "mlp_decode", "moe_decode", "mamba_decode"}) {
+      X.clear(), t.clear();
+      std::vector<double> off;
+      for (const auto& p : points)
+        if (p.kind == kind) {
+          const bool mamba = std::string(kind) == "mamba_decode";
+          X.push_back(mamba ? std::vector<double>{1.0} : p.features), t.push_back(p.seconds);
+          off.push_back(decode_step_seconds(h, p.kind, {}, p.gemms, eb) + (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
+        }
+      if (X.empty()) continue;
+      const std::vector<double> f = fit_nonneg(X, t, off);
+      const std::string k = kind;
+      if (k == "attention_decode") d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
+      if (k == "mlp_decode") d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
+      if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
+      if (k == "mamba_decode") d.mamba_fixed = f[0];
+    }
+  }
+}
+
 }  // namespace
 
 CalibrationResult calibrate(const CalibrationOptions& o) {
@@ -223,7 +397,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   CalibrationResult r;
   r.clock = clock.name();
   auto add = [&](const std::string& kind, const std::string& shape, double flops, double bytes, double s) {
-    r.points.push_back({kind, shape, flops, bytes, s, 0});
+    add_point(r.points, kind, shape, flops, bytes, s);
   };
   // GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound).
   const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
@@ -231,9 +405,9 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   // As a model runs them (weight_pool / time_linear: cold `x W^T`).
   const double pool_bytes = o.quick ? kQuickGemmPoolBytes : kGemmPoolBytes;
   for (int64_t n : widths) {
-    const std::vector<torch::Tensor> pool = weight_pool(n, opt, pool_bytes);
+    const std::vector<torch::Tensor> pool = weight_pool(n, n, opt, pool_bytes);
     for (int64_t m : rows) {
-      const double s = time_linear(m, pool, opt, o.min_seconds, clock);
+      const double s = time_linear(torch::randn({m, n}, opt), pool, o.min_seconds, clock);
       add("gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n), 2.0 * m * n * n,
           eb * double(m * n + n * n + m * n), s);
       r.points.back().rows = double(m);
@@ -330,146 +504,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
       r.points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
     }
   }
-  // Decode steps (CPU): one-row GEMMs, then the model's own DecoderLayer at chosen sizes (one
-  // layer with one sublayer, no architecture), a decode step of one token timed whole. Its
-  // GEMMs are charged by the one-row GEMM line fitted here, the rest (norm, residual, casts,
-  // RoPE, cache append, GQA expansion, scores, routing, dispatch) is fitted per sublayer kind
-  // (HardwareProfile::DecodeStepCost).
-  if (o.device == "cpu") {
-    // One-row GEMMs [1, in] x [out, in]^T, cold: each call on another weight of a 64 MiB pool.
-    const std::vector<std::pair<int64_t, int64_t>> shapes =
-        o.quick ? std::vector<std::pair<int64_t, int64_t>>{{160, 224}, {1408, 320}, {320, 1408}, {2560, 576}, {96, 480}}
-                : std::vector<std::pair<int64_t, int64_t>>{{160, 224},  {1408, 320}, {320, 1408}, {2560, 576},
-                                                           {96, 480},   {704, 704},  {576, 2560}, {4000, 288},
-                                                           {288, 288},  {1200, 448}, {48, 640},   {3200, 160}};
-    for (const auto& [out, in] : shapes) {
-      std::vector<torch::Tensor> pool;
-      const int64_t copies = std::max<int64_t>(1, int64_t(std::ceil(pool_bytes / (eb * double(out * in)))));
-      for (int64_t i = 0; i < copies; ++i) pool.push_back(torch::randn({out, in}, opt));
-      auto a = torch::randn({1, 1, in}, opt);
-      size_t next = 0;
-      const double s = time_it(
-          [&] {
-            (void)torch::nn::functional::linear(a, pool[next]);
-            next = (next + 1) % pool.size();
-          },
-          dev, o.min_seconds, clock);
-      add("gemv", "1 x " + std::to_string(in) + " -> " + std::to_string(out), 2.0 * double(out * in),
-          eb * double(out * in + out + in), s);
-      r.points.back().rows = 1;
-      r.points.back().features = {1.0, eb * double(out * in + out + in), double(out)};
-    }
-    model::TpGroup tp{dist::make_self_communicator()};
-    // kind, hidden, the layer, the cached tokens before the step, features, the GEMMs it runs.
-    struct Step {
-      const char* kind;
-      int64_t h;
-      model::LayerSpec layer;
-      int64_t past;
-      std::vector<double> features;
-      std::vector<std::array<double, 3>> gemms;
-    };
-    std::vector<Step> steps;
-    auto mlp_gemms = [](double mats, double ffn, double w) {
-      std::vector<std::array<double, 3>> g(size_t(mats - 1), {ffn, w, 1.0});
-      g.push_back({w, ffn, 1.0});
-      return g;
-    };
-    // attention: h, heads, kv heads, head dim, cached tokens (RoPE on; GQA 1:1 to 1:7)
-    for (const auto& [h, H, K, D, past] : std::vector<std::array<int64_t, 5>>{
-             {192, 3, 1, 64, 100}, {320, 5, 5, 64, 300}, {448, 7, 1, 64, 200}, {384, 6, 2, 64, 480},
-             {256, 8, 4, 32, 160}, {640, 10, 2, 64, 360}, {512, 16, 4, 32, 250}, {288, 9, 3, 32, 420}}) {
-      if (o.quick && steps.size() >= 4) break;
-      model::LayerSpec l;
-      l.attention = model::AttentionSpec{int(H), int(K), int(D)};
-      const double qd = double(H * D), kvd = double(K * D), hd = double(h);
-      steps.push_back({"attention_decode", h, l, past, {1.0, double(past) * kvd, double(past) * qd},
-                       {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}}});
-    }
-    // MLP: h, ffn, gated (SwiGLU) or not (ReLU2)
-    for (const auto& [h, ffn, gated] : std::vector<std::array<int64_t, 3>>{
-             {192, 640, 1}, {320, 1000, 1}, {448, 1536, 0}, {384, 2304, 1}, {576, 1200, 0}, {256, 2816, 1}}) {
-      model::LayerSpec l;
-      l.mlp = model::MlpSpec{ffn, gated ? model::MlpActivation::SwiGLU : model::MlpActivation::ReLU2};
-      steps.push_back({"mlp_decode", h, l, 0, {1.0, double(ffn)}, mlp_gemms(gated ? 3 : 2, double(ffn), double(h))});
-      if (o.quick && steps.size() >= 7) break;
-    }
-    // MoE: h, experts, top-k, expert FFN, shared FFN, latent
-    for (const auto& [h, E, k, eff, sh, lat] : std::vector<std::array<int64_t, 6>>{
-             {256, 6, 2, 256, 0, 0},   {320, 12, 3, 192, 320, 0}, {384, 10, 1, 512, 0, 0}, {448, 20, 4, 128, 0, 0},
-             {288, 16, 2, 160, 576, 0}, {512, 12, 2, 256, 0, 192}, {256, 24, 6, 96, 0, 0}}) {
-      model::LayerSpec l;
-      model::MoeSpec m;
-      m.num_experts = int(E), m.top_k = int(k), m.expert_ffn = eff, m.shared_ffn = sh, m.latent_size = lat;
-      l.moe = m;
-      const double w = double(lat > 0 ? lat : h), hd = double(h);
-      std::vector<std::array<double, 3>> g{{double(E), hd, 1}};
-      if (lat > 0) g.push_back({double(lat), hd, 1}), g.push_back({hd, double(lat), 1});
-      if (sh > 0)
-        for (const auto& x : mlp_gemms(3, double(sh), hd)) g.push_back(x);
-      for (int64_t e = 0; e < k; ++e)
-        for (const auto& x : mlp_gemms(3, double(eff), w)) g.push_back(x);
-      steps.push_back({"moe_decode", h, l, 0, {1.0, double(k)}, g});
-      if (o.quick && steps.size() >= 10) break;
-    }
-    // Mamba (the mixer's own step is the `mamba` term): the layer's norm and residual around it
-    for (const auto& [h, H, P, N, G] : std::vector<std::array<int64_t, 5>>{
-             {256, 4, 32, 16, 1}, {384, 8, 32, 128, 4}, {640, 24, 32, 16, 6}, {320, 10, 32, 64, 5}}) {
-      model::LayerSpec l;
-      model::MambaSpec ms;
-      ms.num_heads = int(H), ms.head_dim = int(P), ms.state_size = int(N), ms.n_groups = int(G), ms.chunk_size = 64;
-      l.mamba = ms;
-      const double di = double(H * P), hd = double(h);
-      steps.push_back({"mamba_decode", h, l, 64, mamba_step_features(1, double(H), double(P), double(N)),
-                       {{2.0 * di + 2.0 * double(G * N) + double(H), hd, 1}, {hd, di, 1}}});
-      if (o.quick) break;
-    }
-    // Weights cold, as in a model's decode step (the other layers' weights pass through the
-    // caches in between) while the code and the allocator stay warm: each size is a pool of
-    // copies of the layer holding > 40 MiB of weights, the steps go round the pool.
-    const int rounds = o.quick ? 1 : 3;
-    std::vector<std::vector<double>> ts(steps.size());
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const auto& st = steps[i];
-      model::ArchSpec spec;
-      spec.hidden_size = st.h, spec.vocab_size = 256, spec.layers = {st.layer};
-      std::vector<model::DecoderLayer> pool;
-      std::vector<model::LayerCache> caches;
-      double held = 0;
-      while (held < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
-        pool.emplace_back(spec, 0, tp, dt);
-        pool.back()->eval();
-        for (const auto& q : pool.back()->parameters()) held += double(q.numel() * q.element_size());
-        caches.emplace_back();
-        if (st.past > 0) (void)pool.back()->forward(torch::randn({1, st.past, st.h}, opt), 0, &caches.back());
-      }
-      auto x1 = torch::randn({1, 1, st.h}, opt);
-      const size_t reps = std::max<size_t>(o.quick ? 9 : 21, pool.size());
-      for (int round = 0; round < rounds; ++round) {
-        std::vector<double> t;
-        for (size_t rep = 0; rep <= reps; ++rep) {
-          const size_t k = rep % pool.size();
-          model::LayerCache c = caches[k];  // the same cached length every time (the step appends)
-          const double a = clock.now();
-          (void)pool[k]->forward(x1, st.past, &c);
-          if (rep > 0) t.push_back(clock.now() - a);
-        }
-        ts[i].push_back(median(t));
-      }
-    }
-    for (size_t i = 0; i < steps.size(); ++i) {
-      const auto& st = steps[i];
-      std::string shape = "layer h" + std::to_string(st.h) + " step after " + std::to_string(st.past) + " tokens";
-      if (st.layer.attention)
-        shape += " heads " + std::to_string(st.layer.attention->num_heads) + "/" + std::to_string(st.layer.attention->num_kv_heads);
-      if (st.layer.mlp) shape += " ffn " + std::to_string(st.layer.mlp->ffn_size);
-      if (st.layer.moe) shape += " experts " + std::to_string(st.layer.moe->top_k) + "/" + std::to_string(st.layer.moe->num_experts);
-      if (st.layer.mamba) shape += " mamba heads " + std::to_string(st.layer.mamba->num_heads);
-      add(st.kind, shape, 0, 0, std::max(1e-7, median(ts[i])));
-      r.points.back().features = st.features;
-      r.points.back().gemms = st.gemms;
-    }
-  }
+  if (o.device == "cpu") measure_decode_steps(o, opt, dt, eb, pool_bytes, clock, r.points);
   // Memory copies.
   for (int64_t mb : o.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64, 256}) {
     auto src = torch::empty({int64_t(mb * 1048576 / eb)}, opt).uniform_();
@@ -582,37 +617,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
       h.mamba.step_per_state = c[0], h.mamba.step_per_lin = c[1], h.mamba.step_fixed = c[2];
     h.mamba.measured = true;
   }
-  // Decode steps: the one-row GEMM line, then each sublayer kind's rest with its GEMMs (and the
-  // Mamba mixer's fitted step) as a known offset.
-  {
-    std::vector<std::vector<double>> X;
-    std::vector<double> t;
-    for (const auto& p : r.points)
-      if (p.kind == "gemv") X.push_back(p.features), t.push_back(p.seconds);
-    if (!X.empty()) {
-      const std::vector<double> c = fit_nonneg(X, t);
-      auto& d = h.decode;
-      d.gemv_fixed = c[0], d.gemv_per_byte = c[1], d.gemv_per_out = c[2];
-      d.measured = true;
-      for (const char* kind : {"attention_decode", "mlp_decode", "moe_decode", "mamba_decode"}) {
-        X.clear(), t.clear();
-        std::vector<double> off;
-        for (const auto& p : r.points)
-          if (p.kind == kind) {
-            const bool mamba = std::string(kind) == "mamba_decode";
-            X.push_back(mamba ? std::vector<double>{1.0} : p.features), t.push_back(p.seconds);
-            off.push_back(decode_step_seconds(h, p.kind, {}, p.gemms, eb) + (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
-          }
-        if (X.empty()) continue;
-        const std::vector<double> f = fit_nonneg(X, t, off);
-        const std::string k = kind;
-        if (k == "attention_decode") d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
-        if (k == "mlp_decode") d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
-        if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
-        if (k == "mamba_decode") d.mamba_fixed = f[0];
-      }
-    }
-  }
+  fit_decode_steps(h, r.points, eb);
   double err = 0;
   for (auto& p : r.points) {
     p.predicted_s = p.kind == "mamba_prefill" || p.kind == "mamba_step"
@@ -651,8 +656,8 @@ std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string
     const std::string point = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n);
     const auto it = hw.calibration_seconds.find(point);
     if (it == hw.calibration_seconds.end() || !(it->second > 0)) continue;
-    if (pool.empty()) pool = weight_pool(n, opt, kGemmPoolBytes);
-    out.push_back({point, it->second, time_linear(m, pool, opt, min_seconds, clock)});
+    if (pool.empty()) pool = weight_pool(n, n, opt, kGemmPoolBytes);
+    out.push_back({point, it->second, time_linear(torch::randn({m, n}, opt), pool, min_seconds, clock)});
   }
   return out;
 }
