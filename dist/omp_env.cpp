@@ -43,7 +43,10 @@ void default_omp_wait(int argc, char** argv) {
 std::string omp_wait_setting() {
   std::string s;
   for (const char* name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"})
-    if (const char* v = std::getenv(name)) s += (s.empty() ? "" : " ") + std::string(name) + "=" + v;
+    if (const char* v = std::getenv(name)) {
+      if (!s.empty()) s += ' ';
+      s.append(name).append("=").append(v);
+    }
   return s.empty() ? "libgomp default" : s;
 }
 
