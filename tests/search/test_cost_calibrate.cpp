@@ -39,18 +39,25 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   // by the calibration's own clock (process CPU time at one thread): a test running beside
   // this one on the other core does not count.
   const Stopwatch clock = Stopwatch::for_device("cpu");
+  auto fastest = [&](int runs, const auto& f) {  // the fastest of `runs` calls of f()
+    double best = 1e9;
+    for (int i = 0; i < runs; ++i) {
+      const double t0 = clock.now();
+      f();
+      best = std::min(best, clock.now() - t0);
+    }
+    return best;
+  };
+  auto expect_within = [](double pred, double meas, double factor) {  // pred / meas in [1/factor, factor]
+    EXPECT_GT(pred / meas, 1 / factor) << pred << " vs " << meas;
+    EXPECT_LT(pred / meas, factor) << pred << " vs " << meas;
+  };
   torch::NoGradGuard ng;
   auto a = torch::randn({256, 1536}, torch::kBFloat16), b = torch::randn({1536, 1536}, torch::kBFloat16);
   (void)torch::matmul(a, b);
-  double s = 1e9;
-  for (int i = 0; i < 7; ++i) {
-    const double t0 = clock.now();
-    (void)torch::matmul(a, b);
-    s = std::min(s, clock.now() - t0);
-  }
+  const double s = fastest(7, [&] { (void)torch::matmul(a, b); });
   const double pred = roofline_seconds(h, "gemm", 2.0 * 256 * 1536 * 1536, 2.0 * (2 * 256 * 1536 + 1536 * 1536));
-  EXPECT_GT(pred / s, 1 / 5.0) << pred << " vs " << s;
-  EXPECT_LT(pred / s, 5.0) << pred << " vs " << s;
+  expect_within(pred, s, 5.0);
   // The Mamba mixer cost is measured on the model's own mixer, written and read back, and
   // predicts a mixer size it was not fitted on (prefill of 256 tokens, projections on the
   // gemm fit) within a factor of 4.
@@ -63,19 +70,15 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   const int64_t hid = 320, T = 256, di = 8 * 48, proj = 2 * di + 2 * 2 * 32 + 8;
   ac::model::Mamba2 mixer(ms, hid, 1e-5, ac::model::TpGroup{ac::dist::make_self_communicator()}, torch::kBFloat16, "t");
   auto x = torch::randn({1, T, hid}, torch::kBFloat16);
-  double ms_meas = 1e9;
-  for (int i = 0; i < 5; ++i) {
+  const double ms_meas = fastest(5, [&] {
     ac::model::MambaCache c;
-    const double t0 = clock.now();
     (void)mixer->forward(x, &c);
-    ms_meas = std::min(ms_meas, clock.now() - t0);
-  }
+  });
   const double ms_pred =
       mamba_mixer_seconds(h, false, mamba_prefill_features(1, T, 8, 48, 32, 64)) +
       roofline_seconds(h, "gemm", 2.0 * T * hid * proj, 2.0 * (T * hid + hid * proj + T * proj), T) +
       roofline_seconds(h, "gemm", 2.0 * T * di * hid, 2.0 * (T * di + di * hid + T * hid), T);
-  EXPECT_GT(ms_pred / ms_meas, 1 / 4.0) << ms_pred << " vs " << ms_meas;
-  EXPECT_LT(ms_pred / ms_meas, 4.0) << ms_pred << " vs " << ms_meas;
+  expect_within(ms_pred, ms_meas, 4.0);
   // The decode step is measured too (one-row GEMM line and per-sublayer rests), written and
   // read back, and the line predicts a one-row GEMM shape it was not fitted on within 4x.
   ASSERT_TRUE(h.decode.measured);
@@ -84,15 +87,9 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_DOUBLE_EQ(back.decode.attn_fixed, h.decode.attn_fixed);
   EXPECT_TRUE(std::any_of(r.points.begin(), r.points.end(), [](const CalibrationPoint& p) { return p.kind == "attention_decode"; }));
   auto v = torch::randn({1, 1, 1024}, torch::kBFloat16), W = torch::randn({640, 1024}, torch::kBFloat16);
-  double gv = 1e9;
-  for (int i = 0; i < 9; ++i) {
-    const double t0 = clock.now();
-    (void)torch::nn::functional::linear(v, W);
-    gv = std::min(gv, clock.now() - t0);
-  }
+  const double gv = fastest(9, [&] { (void)torch::nn::functional::linear(v, W); });
   const double gv_pred = decode_step_seconds(h, "gemv", {1.0, 2.0 * (640 * 1024 + 640 + 1024), 640.0}, {}, 2.0);
-  EXPECT_GT(gv_pred / gv, 1 / 4.0) << gv_pred << " vs " << gv;
-  EXPECT_LT(gv_pred / gv, 4.0) << gv_pred << " vs " << gv;
+  expect_within(gv_pred, gv, 4.0);
 }
 
 TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
