@@ -188,6 +188,17 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     if (!(c.gemv_fixed + c.gemv_per_byte + c.gemv_per_out > 0)) f.fail("decode_step.gemv_fixed_s", "the GEMM terms are all 0");
     c.measured = true;
   }
+  if (f.has("calibrated_on")) {
+    const json& x = j.at("calibrated_on");
+    if (!x.is_object()) f.fail("calibrated_on", "expected an object with cpu_model, isa, dtype");
+    for (const auto& [k, v] : x.items()) {
+      if (!v.is_string()) f.fail("calibrated_on." + k, "expected a string");
+      if (k == "cpu_model") h.calibrated_on.cpu_model = v.get<std::string>();
+      else if (k == "isa") h.calibrated_on.isa = v.get<std::string>();
+      else if (k == "dtype") h.calibrated_on.dtype = v.get<std::string>();
+      else f.fail("calibrated_on." + k, "unknown field");
+    }
+  }
   f.has("comment");
   if (f.has("measurements") && j.at("measurements").is_object() && j.at("measurements").contains("points") &&
       j.at("measurements").at("points").is_array())
@@ -215,6 +226,8 @@ json hardware_to_json(const HardwareProfile& h) {
           {"gemm_rows_half", h.gemm_rows_half},
           {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}, {"elementwise", c(h.elementwise)}}}};
   if (h.threads > 0) j["threads"] = h.threads;
+  if (!h.calibrated_on.empty())
+    j["calibrated_on"] = {{"cpu_model", h.calibrated_on.cpu_model}, {"isa", h.calibrated_on.isa}, {"dtype", h.calibrated_on.dtype}};
   if (h.mamba.measured)
     j["mamba"] = {{"per_flop_s", h.mamba.per_flop},
                   {"per_quad_s", h.mamba.per_quad},

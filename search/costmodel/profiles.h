@@ -69,6 +69,13 @@ struct HardwareProfile {
   // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):
   // `cost validate` re-times a few of them to say how fast this machine runs now.
   std::map<std::string, double> calibration_seconds;
+  // The machine `cost calibrate` measured (CPU model, ISA features as dist::CpuFeatures::isa(),
+  // dtype): a profile belongs to the CPU that measured it. Empty in the literature GPU
+  // profiles and in CPU profiles written before it was recorded (`calibrated_on` in JSON).
+  struct CalibratedOn {
+    std::string cpu_model, isa, dtype;
+    bool empty() const { return cpu_model.empty() && isa.empty() && dtype.empty(); }
+  } calibrated_on;
 };
 
 // How a serving engine sizes memory and batches work.
