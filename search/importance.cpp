@@ -289,9 +289,12 @@ ImportanceScores load_importance(const std::string& path, const std::string& exp
     } catch (const std::exception& e) {
       throw damaged(what, e);
     }
+    // Every score is finite and >= 0, except a loss increase (skipping a layer may help).
+    const bool signed_score = a.name == "depth/loss_increase";
     for (double v : *a.values)
-      if (!std::isfinite(v) || v < 0)
-        throw InputError(path, what, "holds " + std::to_string(v) + ": scores are finite and >= 0 (corrupt?)");
+      if (!std::isfinite(v) || (v < 0 && !signed_score))
+        throw InputError(path, what, "holds " + std::to_string(v) + ": scores are finite" +
+                                         (signed_score ? "" : " and >= 0") + " (corrupt?)");
   }
   for (size_t i = 0; i < s.layers.size(); ++i) {
     s.layers[i].depth_cosine = cosine[i];
