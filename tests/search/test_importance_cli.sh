@@ -42,14 +42,17 @@ $PY - "$T/scores_tp1.h5" "$T/scores_tp2.h5" "$T/teacher" <<'PYEOF' || fail "h5py
 import json, sys
 import h5py, numpy as np
 a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
-assert a.attrs["format"] == "autocompress.importance", a.attrs["format"]
+def attr(f, k):  # fixed-length UTF-8 string attributes come back as bytes
+    v = f.attrs[k]
+    return v.decode() if isinstance(v, bytes) else v
+assert attr(a, "format") == "autocompress.importance", attr(a, "format")
 assert int(a.attrs["version"]) == 1
-assert a.attrs["teacher_checkpoint"] == sys.argv[3]
-assert len(a.attrs["teacher_fingerprint"]) == 16
-assert a.attrs["teacher_fingerprint"] == b.attrs["teacher_fingerprint"]
+assert attr(a, "teacher_checkpoint") == sys.argv[3]
+assert len(attr(a, "teacher_fingerprint")) == 16
+assert attr(a, "teacher_fingerprint") == attr(b, "teacher_fingerprint")
 assert int(a.attrs["calib_samples"]) == 6 and int(a.attrs["seq_len"]) == 16 and int(a.attrs["seed"]) == 9
-assert a.attrs["data"].endswith("calib")
-spec = json.loads(a.attrs["arch_spec"])
+assert attr(a, "data").endswith("calib")
+spec = json.loads(attr(a, "arch_spec"))
 # Layers store what differs from the defaults: merge them back.
 layers = [{k: {**spec["defaults"].get(k, {}), **v} for k, v in l.items() if k != "kind"} for l in spec["layers"]]
 H = spec["hidden_size"]
