@@ -501,12 +501,20 @@ struct Calibration {
   }
 };
 
-// Sum over tokens of 1 - cos(a, b) along the last dim, in float64: for layers close to the
-// identity 1 - cos is small, and float32 would keep only a few digits of it.
-double one_minus_cos_sum(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto x = a.to(torch::kDouble), y = b.to(torch::kDouble);
-  const auto cos = (x * y).sum(-1) / (x.square().sum(-1) * y.square().sum(-1)).sqrt().clamp_min(1e-300);
-  return (1.0 - cos).sum().item<double>();
+// Sum over tokens of 1 - cos(x, y) along the last dim. For layers close to the identity
+// 1 - cos is small and `1 - dot / (|x| |y|)` keeps only a few digits of it in float32, so it
+// is computed from d = y - x (exact or nearly: y is x plus the layer's update) as
+//   1 - cos = (a c - b^2) / (S (S + a + b)),  a = |x|^2, b = x.d, c = |d|^2, S = |x| |y|,
+// with the three per-token reductions in the activation dtype (float32 here) and the rest in
+// float64: relative precision ~1e-7 unless d is nearly parallel to x.
+double one_minus_cos_sum(const torch::Tensor& x_in, const torch::Tensor& y_in) {
+  const auto x = x_in.to(torch::kFloat), y = y_in.to(torch::kFloat);
+  const auto d = y - x;
+  const auto a = x.square().sum(-1).to(torch::kDouble), b = (x * d).sum(-1).to(torch::kDouble),
+             c = d.square().sum(-1).to(torch::kDouble);
+  const auto S = (a * (a + 2 * b + c)).clamp_min(0.0).sqrt();
+  const auto num = (a * c - b.square()).clamp_min(0.0);
+  return (num / (S * (S + a + b)).clamp_min(1e-300)).sum().item<double>();
 }
 
 // Sums over the batches of this rank, before the world reduction.
