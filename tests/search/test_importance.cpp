@@ -71,7 +71,7 @@ model::ArchSpec hybrid_spec() {
 constexpr int kZeroHidden = 5;            // every norm's weight at this channel
 constexpr int kZeroMambaHead = 3;         // layer 0: x rows of in_proj of this head
 constexpr int kZeroMambaDim = 6;          // layer 4: x rows of this channel in every head
-constexpr int kZeroKvHead = 1;            // layer 2: v_proj rows of KV head 1 (query heads 2, 3)
+constexpr int kZeroKvHead = 0;            // layer 2: v_proj rows of KV head 0 (query heads 0, 1)
 constexpr int kZeroNeuron = 17;           // layer 3: up_proj row; its down_proj is all zero (identity layer)
 constexpr int kZeroExpert = 6;            // layer 1: down_proj of this expert
 constexpr int kZeroExpertNeuron = 9;      // layer 1, expert 2: up_proj row
@@ -241,14 +241,15 @@ TEST(Importance, ZeroedUnitsScoreZero) {
   EXPECT_EQ(s.layers[4].mamba_head_dim[kZeroMambaDim], 0.0);
   EXPECT_EQ(argmin(s.layers[4].mamba_head_dim), size_t(kZeroMambaDim));
   EXPECT_GT(*std::min_element(s.layers[4].mamba_heads.begin(), s.layers[4].mamba_heads.end()), 0.0);
-  // Attention: KV head 1 has zero values, so its group and both of its query heads score 0.
+  // Attention: KV head 0 has zero values, so its group and both of its query heads score 0
+  // (at TP 2 they are rank 0's: rank 1's heads must land in slots 2 and 3).
   const auto& at = s.layers[2];
   EXPECT_EQ(at.attn_kv_groups[kZeroKvHead], 0.0);
-  EXPECT_GT(at.attn_kv_groups[0], 0.0);
-  EXPECT_EQ(at.attn_heads[2], 0.0);
-  EXPECT_EQ(at.attn_heads[3], 0.0);
-  EXPECT_GT(at.attn_heads[0], 0.0);
-  EXPECT_GT(at.attn_heads[1], 0.0);
+  EXPECT_GT(at.attn_kv_groups[1], 0.0);
+  EXPECT_EQ(at.attn_heads[0], 0.0);
+  EXPECT_EQ(at.attn_heads[1], 0.0);
+  EXPECT_GT(at.attn_heads[2], 0.0);
+  EXPECT_GT(at.attn_heads[3], 0.0);
   // Dense MLP neuron; the layer itself is an identity (down_proj zero): both depth scores ~0.
   const auto& mlp = s.layers[3];
   EXPECT_EQ(mlp.mlp_neurons[kZeroNeuron], 0.0);
