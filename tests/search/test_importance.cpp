@@ -372,3 +372,21 @@ TEST(Importance, FingerprintFollowsTheWeights) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
 }
+
+TEST(Importance, DepthLossOffLeavesTheRestBitwise) {
+  // The skipped-layer forwards run without the observer: turning them off changes nothing
+  // else, bitwise, on the same layout.
+  const int tp = world_size() >= 2 ? 2 : 1;
+  const search::ImportanceScores with = search::compute_importance(options(tp), MPI_COMM_WORLD);
+  search::ImportanceOptions o = options(tp);
+  o.depth_loss = false;
+  const search::ImportanceScores without = search::compute_importance(o, MPI_COMM_WORLD);
+  EXPECT_EQ(without.depth_loss_samples, 0);
+  const auto a = vectors(with), b = vectors(without);
+  for (size_t k = 0; k < a.size(); ++k) EXPECT_EQ(*a[k].second, *b[k].second) << a[k].first;
+  EXPECT_EQ(with.base_loss, without.base_loss);
+  for (size_t i = 0; i < with.layers.size(); ++i) {
+    EXPECT_EQ(with.layers[i].depth_cosine, without.layers[i].depth_cosine) << i;
+    EXPECT_EQ(without.layers[i].depth_loss_increase, 0.0) << i;
+  }
+}
