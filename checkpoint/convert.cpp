@@ -1,10 +1,15 @@
 // Hugging Face import and deployment exports (see convert.h).
 #include "checkpoint/convert.h"
 
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "checkpoint/hdf5_util.h"
 #include "checkpoint/model_state.h"
 #include "dist/communicator.h"
 #include "dist/error.h"
@@ -153,6 +158,51 @@ std::vector<std::string> verify_model_shapes(const CheckpointReader& reader, con
     if (!seen.count(logical))
       problems.push_back(reader.path() + ": " + prefix + logical + ": missing (the ArchSpec has it, shape " + shape_text(shape) + ")");
   return problems;
+}
+
+namespace {
+// 64-bit FNV-1a, fed piece by piece (each piece followed by a separator byte).
+struct Fnv1a {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  }
+  void text(const std::string& s) {
+    bytes(s.data(), s.size());
+    bytes("\0", 1);
+  }
+};
+}  // namespace
+
+std::string model_fingerprint(const CheckpointReader& reader, const std::string& prefix) {
+  Fnv1a f;
+  const auto& a = reader.attributes();
+  f.text(a.contains(kArchSpecAttribute) ? a.at(kArchSpecAttribute).dump() : std::string());
+  h5::quiet_errors();
+  h5::Handle file(H5Fopen(reader.path().c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw InputError(reader.path(), "file", "cannot open: " + h5::error_stack());
+  for (const auto& d : reader.datasets()) {
+    if (d.name.compare(0, prefix.size(), prefix) != 0) continue;
+    f.text(d.name);
+    f.text(shape_text(d.shape));
+    f.text(d.dtype);
+    h5::Handle ds(H5Dopen2(file, d.name.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!ds.valid()) throw InputError(reader.path(), "dataset " + d.name, "cannot open: " + h5::error_stack());
+    if (h5::has_attr(ds, "crc32_slices")) {
+      f.text(h5::read_string_attr(ds, "crc32_slices", reader.path() + ": dataset " + d.name));
+    } else {  // no stored checksums: hash the data itself (CRC32 of the stored bytes)
+      const torch::Tensor t = reader.read(d.name).contiguous();
+      const auto* p = static_cast<const Bytef*>(t.data_ptr());
+      uLong crc = crc32(0L, Z_NULL, 0);
+      for (int64_t off = 0, n = t.numel() * int64_t(t.element_size()); off < n; off += int64_t(1) << 30)
+        crc = crc32(crc, p + off, uInt(std::min<int64_t>(n - off, int64_t(1) << 30)));
+      f.text("data:" + std::to_string(crc));
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(f.h));
+  return hex;
 }
 
 std::string resolve_checkpoint(const std::string& path) {

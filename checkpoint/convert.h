@@ -38,6 +38,14 @@ std::map<std::string, std::vector<int64_t>> model_tensor_shapes(const model::Arc
 // (not a model checkpoint) or everything matches.
 std::vector<std::string> verify_model_shapes(const CheckpointReader& reader, const std::string& prefix = "model/");
 
+// A fingerprint of the model a checkpoint holds: 16 hex digits of a 64-bit FNV-1a hash over
+// its ArchSpec attribute and every model/ dataset's name, shape, dtype and stored CRC32
+// checksums (crc32_slices). Only a dataset without checksums has its data read (and
+// hashed), so for checkpoints written by save_checkpoint this reads metadata only. The
+// same weights saved under another TP layout have other slices, hence another fingerprint.
+// Throws ac::InputError naming the file when it cannot be read.
+std::string model_fingerprint(const CheckpointReader& reader, const std::string& prefix = "model/");
+
 // A checkpoint file path: a directory means the checkpoint its `latest` points to.
 std::string resolve_checkpoint(const std::string& path);
 

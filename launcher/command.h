@@ -23,7 +23,9 @@ struct RunContext {
 
   // Writes <dir>/manifest.json (rank 0 only, atomically): command line, resolved config,
   // version, build features, world layout (pass the layout of the run, e.g. tp/dp sizes).
-  void write_manifest(const std::string& dir, const nlohmann::json& layout) const;
+  // `name` replaces manifest.json for outputs that are files (e.g. scores.h5.manifest.json).
+  void write_manifest(const std::string& dir, const nlohmann::json& layout,
+                      const std::string& name = "manifest.json") const;
 };
 
 struct Subcommand {

@@ -100,7 +100,7 @@ bool register_subcommand(Subcommand cmd) {
 
 const std::vector<Subcommand>& subcommands() { return registry(); }
 
-void RunContext::write_manifest(const std::string& dir, const nlohmann::json& layout) const {
+void RunContext::write_manifest(const std::string& dir, const nlohmann::json& layout, const std::string& name) const {
   if (!runtime.is_root()) return;
   namespace fs = std::filesystem;
   fs::create_directories(dir);
@@ -117,8 +117,8 @@ void RunContext::write_manifest(const std::string& dir, const nlohmann::json& la
   gethostname(host, sizeof(host) - 1);
   m["host"] = host;
   m["written_at_unix"] = static_cast<int64_t>(std::time(nullptr));
-  const fs::path final_path = fs::path(dir) / "manifest.json";
-  const fs::path tmp = fs::path(dir) / "manifest.json.tmp";
+  const fs::path final_path = fs::path(dir) / name;
+  const fs::path tmp = fs::path(dir) / (name + ".tmp");
   {
     std::ofstream out(tmp);
     out << m.dump(2) << "\n";

@@ -48,10 +48,16 @@ DecoderLayerImpl::DecoderLayerImpl(const ArchSpec& spec, int index, const TpGrou
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x0, int64_t pos0, LayerCache* cache) {
   auto x = x0;
-  if (attention) x = x + attention(mixer_norm(x), pos0, cache ? &cache->kv : nullptr);
-  if (mamba) x = x + mamba(mixer_norm(x), cache ? &cache->mamba : nullptr);
-  if (mlp) x = x + mlp(ffn_norm(x));
-  if (moe) x = x + moe(ffn_norm(x));
+  // The pre-norm outputs, shown to the observer when one is set.
+  auto normed = [&](RMSNorm& norm, ObservePoint point) {
+    auto y = norm(x);
+    if (observe.observer) observe.observer->activation(observe.layer, point, y);
+    return y;
+  };
+  if (attention) x = x + attention(normed(mixer_norm, ObservePoint::MixerNormOut), pos0, cache ? &cache->kv : nullptr);
+  if (mamba) x = x + mamba(normed(mixer_norm, ObservePoint::MixerNormOut), cache ? &cache->mamba : nullptr);
+  if (mlp) x = x + mlp(normed(ffn_norm, ObservePoint::FfnNormOut));
+  if (moe) x = x + moe(normed(ffn_norm, ObservePoint::FfnNormOut));
   return x;
 }
 
@@ -97,6 +103,15 @@ InferenceCache CausalLMImpl::new_cache() const {
 torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& ids, InferenceCache* cache) {
   TORCH_CHECK(ids.dim() == 2, "input ids must be [batch, T]");
   if (cache && cache->layers.size() != spec_.layers.size()) *cache = new_cache();
+  auto x = embed_tokens(ids);
+  const int64_t pos0 = cache ? cache->position : 0;
+  for (size_t i = 0; i < layers->size(); ++i)
+    x = layer(i)->forward(x, pos0, cache ? &cache->layers[i] : nullptr);
+  if (cache) cache->position += ids.size(1);
+  return final_norm(x);
+}
+
+torch::Tensor CausalLMImpl::embed_tokens(const torch::Tensor& ids) {
   const int64_t start = vocab_start();
   // Vocabulary-parallel lookup: ids outside this rank's shard give zero rows, then sum.
   auto local = ids - start;
@@ -106,11 +121,22 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& ids, InferenceCac
     x = x.masked_fill(outside.unsqueeze(-1), 0.0);
     x = dist::reduce_from_tp(x, *tp_.comm);
   }
-  const int64_t pos0 = cache ? cache->position : 0;
-  for (size_t i = 0; i < layers->size(); ++i)
-    x = layer(i)->forward(x, pos0, cache ? &cache->layers[i] : nullptr);
-  if (cache) cache->position += ids.size(1);
-  return final_norm(x);
+  return x;
+}
+
+void CausalLMImpl::set_observer(ActivationObserver* observer) {
+  for (size_t i = 0; i < layers->size(); ++i) {
+    auto l = layer(i);
+    const ObserverSlot slot{observer, int(i)};
+    l->observe = slot;
+    if (l->attention) l->attention->observe = slot;
+    if (l->mamba) l->mamba->observe = slot;
+    if (l->mlp) l->mlp->observe = slot;
+    if (l->moe) {
+      l->moe->observe = slot;
+      if (l->moe->shared_experts) l->moe->shared_experts->observe = slot;
+    }
+  }
 }
 
 torch::Tensor CausalLMImpl::logits_local(const torch::Tensor& h) {

@@ -50,6 +50,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   Mamba2 mamba{nullptr};
   Mlp mlp{nullptr};
   Moe moe{nullptr};
+  ObserverSlot observe;  // sees the norm outputs
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -63,6 +64,13 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, InferenceCache* cache = nullptr);
   // Final normed hidden states [batch, T, hidden].
   torch::Tensor hidden_states(const torch::Tensor& input_ids, InferenceCache* cache = nullptr);
+  // The vocabulary-parallel embedding lookup [batch, T, hidden] (replicated over TP): what
+  // hidden_states feeds the first layer. With it and layer(i)->forward a caller can run the
+  // layers itself (importance: skipping one layer, reading each layer's input and output).
+  torch::Tensor embed_tokens(const torch::Tensor& input_ids);
+  // Sets (or with nullptr clears) the activation observer of every layer and sublayer
+  // (model/layers/observer.h). Not owned; forward() is unchanged without one.
+  void set_observer(ActivationObserver* observer);
   // This rank's vocabulary shard of the logits [batch, T, vocab_shard()] (padding columns
   // past the vocabulary are 0); feed these to dist::vocab_parallel_cross_entropy.
   torch::Tensor logits_local(const torch::Tensor& hidden);

@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,11 @@ struct ImportanceScores {
   std::string data;                    // the data argument, as given
   int64_t calib_samples = 0, seq_len = 0;
   uint64_t seed = 0;
+  std::string split;                   // document split the calibration samples come from
+  std::string dtype;                   // compute dtype used ("float32" | "bfloat16")
+  // Calibration samples the skipped-layer losses used (the first ones; 0: not computed,
+  // depth_loss_increase is then 0 everywhere).
+  int64_t depth_loss_samples = 0;
 };
 
 // Writes `scores` to `path` atomically (temporary file + rename); one process.
@@ -76,10 +82,27 @@ struct ImportanceOptions {
   int tp = 1;                       // dp = world / tp
   uint64_t seed = 1234;
   bool depth_loss = true;           // also the one-layer-skipped losses (one forward per layer)
+  int64_t depth_loss_samples = 0;   // of the calibration samples, the first N get them (0: all)
   std::string dtype = "auto";       // compute dtype: auto | bf16 | f32
+  std::string split = "98,1,1";     // train,calibration,eval document fractions; samples come from calibration
+  // Called on every rank after each global micro-batch (the launcher prints rate and ETA).
+  std::function<void(int64_t samples_done, int64_t samples_total, double seconds)> on_progress;
 };
 
 // Collective over `world`. Every rank gets the full, identical scores.
 ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm world);
+
+// Benchmark (`autocompress bench importance`): tokens/s over the calibration batches of
+// the plain teacher forward (hidden states, LM head, vocab-parallel loss) and of the
+// importance collection forward (the same plus the observer and its accumulation, without
+// the skipped-layer losses), at the same layout and micro-batch, alternated `repeats` times
+// (medians); and one pass with the skipped-layer losses. Collective over `world`.
+struct ImportanceBench {
+  double plain_tokens_per_s = 0, collect_tokens_per_s = 0, depth_tokens_per_s = 0;
+  double ratio = 0;  // median over repeats of collect / plain
+  int tp = 1, dp = 1;
+  std::string dtype;
+};
+ImportanceBench bench_importance(const ImportanceOptions& options, MPI_Comm world, int repeats = 3);
 
 }  // namespace ac::search

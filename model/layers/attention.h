@@ -11,6 +11,7 @@
 #include "model/arch_spec.h"
 #include "model/layers/common.h"
 #include "model/layers/norm.h"
+#include "model/layers/observer.h"
 
 namespace ac::model {
 
@@ -54,6 +55,7 @@ class AttentionImpl : public torch::nn::Module {
 
   Weights q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  ObserverSlot observe;  // sees the o_proj input (CausalLMImpl::set_observer)
 
  private:
   AttentionSpec spec_;

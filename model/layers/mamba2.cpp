@@ -183,6 +183,7 @@ torch::Tensor Mamba2Impl::forward(const torch::Tensor& u, MambaCache* cache) {
   auto zxbcdt = column_parallel(u, in_proj->weight, in_proj->bias, tp_);
   auto parts = zxbcdt.split_with_sizes({d_inner_, conv_dim_, heads_}, -1);
   auto z = parts[0], xBC = parts[1].transpose(1, 2), dt = parts[2];  // xBC [b, C, T]
+  if (observe.observer) observe.observer->activation(observe.layer, ObservePoint::MambaX, parts[1].narrow(-1, 0, d_inner_));
 
   // Causal depthwise conv: left context is the cached inputs or zeros.
   torch::Tensor left = cache && cache->conv_state.defined()

@@ -12,6 +12,7 @@
 #include "model/arch_spec.h"
 #include "model/layers/common.h"
 #include "model/layers/norm.h"
+#include "model/layers/observer.h"
 
 namespace ac::model {
 
@@ -45,6 +46,7 @@ class Mamba2Impl : public torch::nn::Module {
   Weights in_proj{nullptr}, conv1d{nullptr}, out_proj{nullptr};
   torch::Tensor dt_bias, A_log, D;
   GatedRMSNorm norm{nullptr};
+  ObserverSlot observe;  // sees the x part of in_proj's output
 
  private:
   MambaSpec spec_;

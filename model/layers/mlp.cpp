@@ -35,6 +35,7 @@ torch::Tensor MlpImpl::forward_partial(const torch::Tensor& x) {
   auto h = act_ == MlpActivation::SwiGLU
                ? act_silu(column_parallel(x, gate_proj->weight, gate_proj->bias, tp_)) * up
                : activate(up, act_);
+  if (observe.observer) observe.observer->activation(observe.layer, observe_as, h);
   return torch::nn::functional::linear(h, down_proj->weight);
 }
 
@@ -98,6 +99,7 @@ MoeImpl::MoeImpl(const MoeSpec& spec, int64_t hidden, const TpGroup& tp, torch::
   if (spec.shared_ffn > 0)
     shared_experts = register_module(
         "shared_experts", Mlp(hidden, spec.shared_ffn, spec.activation, false, tp, dtype, where + ".shared_experts"));
+  if (shared_experts) shared_experts->observe_as = ObservePoint::SharedDownInput;
   if (spec.latent_size > 0) {
     fc1_latent_proj = register_module("fc1_latent_proj", Weights(std::vector<int64_t>{spec.latent_size, hidden}, std::vector<int64_t>{}, dtype));
     fc2_latent_proj = register_module("fc2_latent_proj", Weights(std::vector<int64_t>{hidden, spec.latent_size}, std::vector<int64_t>{}, dtype));
@@ -136,6 +138,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   auto x = (tp_.size() > 1 ? dist::copy_to_tp(x0, *tp_.comm) : x0).reshape({-1, hidden_});
   auto [idx, w] = route(x);
   auto h = fc1_latent_proj ? torch::nn::functional::linear(x, fc1_latent_proj->weight) : x;
+  if (observe.observer && fc1_latent_proj) observe.observer->activation(observe.layer, ObservePoint::MoeLatent, h);
   auto acc = torch::zeros({h.size(0), h.size(1)}, h.options().dtype(torch::kFloat32));
   // Tokens per local expert: one sort instead of one scan per expert.
   auto flat = idx.reshape({-1});
@@ -164,7 +167,9 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
                  : activate(up, spec_.activation);
     auto ye = torch::matmul(a, downs[size_t(le)].t());
     auto we = w.reshape({-1}).index_select(0, sel).unsqueeze(1);
-    acc.index_add_(0, tok, (ye * we).to(torch::kFloat32));
+    auto weighted = ye * we;
+    if (observe.observer) observe.observer->expert(observe.layer, expert_start_ + le, tok, a, weighted);
+    acc.index_add_(0, tok, weighted.to(torch::kFloat32));
   }
   auto y = acc.to(x.scalar_type());
   if (fc2_latent_proj) y = torch::nn::functional::linear(y, fc2_latent_proj->weight);

@@ -10,6 +10,7 @@
 
 #include "model/arch_spec.h"
 #include "model/layers/common.h"
+#include "model/layers/observer.h"
 
 namespace ac::model {
 
@@ -27,6 +28,8 @@ class MlpImpl : public torch::nn::Module {
   static std::string split_problem(int64_t ffn, int tp);
 
   Weights gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  ObserverSlot observe;  // sees the down_proj input
+  ObservePoint observe_as = ObservePoint::MlpDownInput;  // SharedDownInput in a MoE
 
  private:
   int64_t hidden_, ffn_, ffn_local_;
@@ -68,6 +71,7 @@ class MoeImpl : public torch::nn::Module {
   Experts experts{nullptr};
   Mlp shared_experts{nullptr};
   Weights fc1_latent_proj{nullptr}, fc2_latent_proj{nullptr};
+  ObserverSlot observe;  // sees routed experts and the latent (shared_experts has its own slot)
 
  private:
   MoeSpec spec_;

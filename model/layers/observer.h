@@ -1,0 +1,43 @@
+// An optional observer of a model's internal activations (Minitron-style importance hooks,
+// search/importance). Layers call it at fixed points of their forward when one is set; with
+// none set (the default) a forward does exactly what it did before, at the cost of a null
+// check. No torch dependency here: tensors are passed by reference.
+#pragma once
+
+#include <cstdint>
+
+namespace at { class Tensor; }
+
+namespace ac::model {
+
+// Where an activation was seen. Tensors are this rank's TP shard where the layer is sharded
+// (heads, FFN neurons, Mamba heads); `[rows, C]` tensors have one row per token of the
+// flattened [batch, T] input, in order.
+enum class ObservePoint {
+  MixerNormOut,     // [B, T, hidden]: output of the pre-mixer RMSNorm (replicated over TP)
+  FfnNormOut,       // [B, T, hidden]: output of the pre-FFN RMSNorm (replicated over TP)
+  AttnOProjInput,   // [B, T, local_heads * head_dim]: input of o_proj
+  MlpDownInput,     // [B, T, local_ffn]: input of a dense MLP's down_proj
+  MambaX,           // [B, T, local_heads * head_dim]: the x part of in_proj's output (before the conv)
+  SharedDownInput,  // [rows, local_shared_ffn]: input of the shared expert's down_proj
+  MoeLatent,        // [rows, latent]: output of fc1_latent_proj (replicated over TP)
+};
+
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  virtual void activation(int layer, ObservePoint point, const at::Tensor& act) = 0;
+  // One routed expert (global id `expert`, held by this rank) in one forward: the rows of
+  // the tokens routed to it ([n] int64), the input of its down projection [n, expert_ffn]
+  // and its output times the routing weight [n, in] (what it adds to the layer's output).
+  virtual void expert(int layer, int64_t expert, const at::Tensor& rows, const at::Tensor& down_input,
+                      const at::Tensor& weighted_output) = 0;
+};
+
+// What a layer holds: the observer (null: none) and the layer index it reports.
+struct ObserverSlot {
+  ActivationObserver* observer = nullptr;
+  int layer = -1;
+};
+
+}  // namespace ac::model
