@@ -8,6 +8,9 @@ golden fixture CI compares our C++ with (tests/fixtures/teacher/smollm2_golden.j
       # 3. tokenizers (our tokenizer.json) vs transformers' own GGUF tokenizer
       # --write-golden: token ids + logits (top ids and fixed ids per position, logsumexp) from
       #   transformers' GGUF model, and tokenizers' ids for the corpus sample and chat texts
+  python3 scripts/check_smollm2.py --gguf FILE.gguf --hf HF_DIR --compare-generate OURS.json [...]
+      # `autocompress generate --greedy --json` output vs transformers' greedy generate() on the
+      # same prompt ids (and, for --chat prompts, the ids of apply_chat_template)
   python3 scripts/check_smollm2.py --hf HF_DIR --check-tokens PREFIX CORPUS.jsonl
       # `autocompress data preprocess` output (.bin/.idx) vs tokenizers' encode_batch + EOS
 
@@ -177,17 +180,48 @@ def check_tokens(args):
     return 1 if bad else 0
 
 
+def compare_generate(args):
+    import torch
+    from transformers import AutoTokenizer
+    ref = load_tf(args.gguf)
+    chat_tok = AutoTokenizer.from_pretrained(args.hf)  # our tokenizer.json + tokenizer_config.json (template)
+    bad = 0
+    for path in args.compare_generate:
+        ours = json.load(open(path, encoding="utf-8"))
+        prompt = ours["prompt_ids"]
+        if ours["prompt"].startswith("<|im_start|>"):
+            user = ours["prompt"].split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+            want = chat_tok.apply_chat_template([{"role": "user", "content": user}], add_generation_prompt=True,
+                                                tokenize=True, return_dict=False)
+            print(f"{path}: chat prompt ids {'equal' if list(want) == prompt else 'DIFFER from'} apply_chat_template's")
+            bad += list(want) != prompt
+        with torch.no_grad():
+            out = ref.generate(torch.tensor([prompt]), max_new_tokens=len(ours["ids"]), do_sample=False,
+                               eos_token_id=None if not ours["stopped"] else ours["ids"][-1], pad_token_id=0)
+        theirs = out[0, len(prompt):].tolist()
+        same = theirs == ours["ids"]
+        first = next((i for i, (a, b) in enumerate(zip(theirs, ours["ids"])) if a != b), None)
+        print(f"{path}: {len(ours['ids'])} greedy tokens: {'equal to' if same else 'DIFFER from'} transformers' "
+              f"generate(do_sample=False)" + ("" if same else f", first difference at token {first}"))
+        print("   ours:", repr(ours["text"][:200]))
+        bad += not same
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf")
     ap.add_argument("--hf", required=True)
     ap.add_argument("--write-golden", action="store_true")
     ap.add_argument("--check-tokens", nargs=2, metavar=("PREFIX", "CORPUS_JSONL"))
+    ap.add_argument("--compare-generate", nargs="+", metavar="OURS_JSON")
     a = ap.parse_args()
     if a.check_tokens:
         return check_tokens(a)
     if not a.gguf:
         ap.error("--gguf is needed")
+    if a.compare_generate:
+        return compare_generate(a)
     ref, tok = check_model(a)
     if a.write_golden:
         write_golden(ref, tok, a)

@@ -24,8 +24,8 @@ using nlohmann::json;
 namespace {
 
 // Tolerance on logits (values up to ~30): transformers (torch 2.15, MKL) and LibTorch 1.13
-// (OpenBLAS) sum in different orders over 30 layers; measured max |diff| is in docs/model.md.
-constexpr double kLogitTol = 1e-3;
+// (OpenBLAS) sum in different orders over 30 layers: measured 8.2e-5 (docs/model.md).
+constexpr double kLogitTol = 5e-4;
 
 const json& golden() {
   static const json j = [] {

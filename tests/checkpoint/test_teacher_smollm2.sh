@@ -26,6 +26,53 @@ AC_TEACHER_CKPT="$T/teacher" AC_TEACHER_HF="$T/teacher/hf" timeout 300 "$AC_TEAC
 grep -E "SmolLM2|PASSED|SKIPPED" "$T/gtest"
 grep -q "SKIPPED" "$T/gtest" && { cat "$T/gtest"; fail "golden checks skipped"; }
 
+# Held-out text: the committed fortunes sample, tokenized with the teacher's tokenizer; the
+# teacher's perplexity on its eval split must be far below a uniform guess over 49,152 ids
+# (a broken import, e.g. q/k rows left in llama.cpp's order, gives hundreds or more).
+expect_rc 0 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
+  --tokenizer "$T/teacher/hf/tokenizer.json" --output "$T/fortunes" --quiet
+expect_rc 0 "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --split 80,0,20 --seq-len 128 --samples 8 --json --quiet
+cat "$T/out"
+"$PY" - "$T/out" <<'PY' || fail "teacher perplexity check"
+import json, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert j["parameters"] == 134515008, j
+assert j["tokens"] == 8 * 128, j
+assert 2 < j["perplexity"] < 60, f"teacher perplexity {j['perplexity']:.2f} on held-out fortunes (want < 60; uniform is 49152)"
+assert j["accuracy"] > 0.25, j
+print(f"teacher eval: loss {j['loss']:.4f}, perplexity {j['perplexity']:.2f}, next-token accuracy {j['accuracy']:.3f}")
+PY
+cp "$T/out" "$T/eval_tp1.json"
+# The same samples at TP 2 (one DP replica) and at TP 1 x DP 2 give the same loss.
+for layout in "2 --tp 2" "2 --tp 1"; do
+  set -- $layout
+  expect_rc 0 $MPIEXEC -n "$1" "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --split 80,0,20 --seq-len 128 \
+    --samples 8 --json --quiet "$2" "$3"
+  "$PY" - "$T/eval_tp1.json" "$T/out" <<'PY' || fail "eval at -n $1 $2 $3 differs from one process"
+import json, sys
+a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+assert a["tokens"] == b["tokens"], (a["tokens"], b["tokens"])
+assert abs(a["loss"] - b["loss"]) <= 1e-5, (a["loss"], b["loss"])
+print(f"tp {b['tp']} x dp {b['dp']}: loss {b['loss']:.6f} (one process {a['loss']:.6f})")
+PY
+done
+
+# Generation with the KV cache: greedy is deterministic and equals argmax of full recomputation
+# (TeacherSmolLM2.CachedDecodeEqualsFullForward checks the logits); sampling repeats per seed.
+expect_rc 0 "$AC_BIN" generate --model "$T/teacher" --chat --prompt "What is the capital of France?" --max-new-tokens 12 --greedy --json
+expect_out '"stopped"'
+grep -qi "paris" "$T/out" || { cat "$T/out"; fail "the teacher does not say Paris"; }
+for s in 1 1 2; do
+  expect_rc 0 "$AC_BIN" generate --model "$T/teacher" --prompt "Once upon a time" --max-new-tokens 8 --temperature 0.8 --top-p 0.9 --seed $s --json
+  "$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["ids"])' "$T/out" >>"$T/sampled"
+done
+[ "$(sed -n 1p "$T/sampled")" = "$(sed -n 2p "$T/sampled")" ] || fail "same seed, different samples: $(cat "$T/sampled")"
+[ "$(sed -n 1p "$T/sampled")" != "$(sed -n 3p "$T/sampled")" ] || fail "seeds 1 and 2 gave the same 8 tokens"
+expect_rc 2 "$AC_BIN" eval --model "$T/nothing" --data "$T/fortunes"
+expect_out "nothing: --model: no such checkpoint"
+expect_rc 2 "$AC_BIN" eval --model "$T/teacher" --data "$AC_SOURCE_DIR/tests/fixtures/data/megatron/int32"
+expect_out "outside the model's vocabulary"
+
 # Bad input to the converter.
 conv() { expect_rc 2 "$PY" "$AC_SOURCE_DIR/scripts/gguf_to_hf.py" --gguf "$1" --out "$T/bad"; }
 conv "$T/nothing.gguf"
