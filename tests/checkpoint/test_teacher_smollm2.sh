@@ -27,8 +27,9 @@ grep -E "SmolLM2|PASSED|SKIPPED" "$T/gtest"
 grep -q "SKIPPED" "$T/gtest" && { cat "$T/gtest"; fail "golden checks skipped"; }
 
 # Held-out text: the committed fortunes sample, tokenized with the teacher's tokenizer; the
-# teacher's perplexity on its eval split must be far below a uniform guess over 49,152 ids
-# (a broken import, e.g. q/k rows left in llama.cpp's order, gives hundreds or more).
+# teacher's perplexity on its eval split must be far below a uniform guess over 49,152 ids and
+# below a broken import's (measured: 93.7, accuracy 0.265; with the q/k rows left in llama.cpp's
+# order: 469, accuracy 0.120).
 expect_rc 0 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
   --tokenizer "$T/teacher/hf/tokenizer.json" --output "$T/fortunes" --quiet
 expect_rc 0 "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --split 80,0,20 --seq-len 128 --samples 8 --json --quiet
@@ -38,13 +39,16 @@ import json, sys
 j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert j["parameters"] == 134515008, j
 assert j["tokens"] == 8 * 128, j
-assert 2 < j["perplexity"] < 60, f"teacher perplexity {j['perplexity']:.2f} on held-out fortunes (want < 60; uniform is 49152)"
-assert j["accuracy"] > 0.25, j
+assert 2 < j["perplexity"] < 200, f"teacher perplexity {j['perplexity']:.2f} on held-out fortunes (want < 200; uniform is 49152)"
+assert j["accuracy"] > 0.2, j
 print(f"teacher eval: loss {j['loss']:.4f}, perplexity {j['perplexity']:.2f}, next-token accuracy {j['accuracy']:.3f}")
 PY
 cp "$T/out" "$T/eval_tp1.json"
-# The same samples at TP 2 (one DP replica) and at TP 1 x DP 2 give the same loss.
-for layout in "2 --tp 2" "2 --tp 1"; do
+# The same samples at TP 3 (9 query / 3 KV heads split; TP 2 cannot split 9 heads) and at
+# TP 1 x DP 2 give the same loss.
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --samples 2 --tp 2 --quiet
+expect_out "arch_spec (--tp 2): layers\[0\].attention: 9 query heads do not split evenly over TP=2"
+for layout in "3 --tp 3" "2 --tp 1"; do
   set -- $layout
   expect_rc 0 $MPIEXEC -n "$1" "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --split 80,0,20 --seq-len 128 \
     --samples 8 --json --quiet "$2" "$3"
