@@ -74,8 +74,11 @@ done
 [ "$(sed -n 1p "$T/sampled")" != "$(sed -n 3p "$T/sampled")" ] || fail "seeds 1 and 2 gave the same 8 tokens"
 expect_rc 2 "$AC_BIN" eval --model "$T/nothing" --data "$T/fortunes"
 expect_out "nothing: --model: no such checkpoint"
-expect_rc 2 "$AC_BIN" eval --model "$T/teacher" --data "$AC_SOURCE_DIR/tests/fixtures/data/megatron/int32"
-expect_out "outside the model's vocabulary"
+# Data tokenized for another vocabulary (GPT-2's: its EOS is id 50256, past SmolLM2's 49,152).
+expect_rc 0 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
+  --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2.tokenizer.json" --output "$T/gpt2" --quiet
+expect_rc 2 "$AC_BIN" eval --model "$T/teacher" --data "$T/gpt2" --split 80,0,20 --seq-len 128 --samples 4 --quiet
+expect_out "gpt2: token ids: id 50256 is outside the model's vocabulary of 49152"
 
 # Bad input to the converter.
 conv() { expect_rc 2 "$PY" "$AC_SOURCE_DIR/scripts/gguf_to_hf.py" --gguf "$1" --out "$T/bad"; }
