@@ -119,4 +119,5 @@ conv "$T/arch.gguf"
 expect_out "arch.gguf: general.architecture: is 'llamb'; only 'llama' is converted"
 [ ! -e "$T/bad/config.json" ] || fail "a failed conversion left a config.json"
 rm -f "$T"/*.gguf
+rm -rf "$T/teacher" "$T"/*.bin "$T"/*.idx  # 0.5 GB; kept when a check fails
 echo PASS
