@@ -155,13 +155,11 @@ struct Planner {
   PrunePlan plan;
 
   // The score vector `v` of layer `layer` (field `field`), checked to have `n` entries.
-  const std::vector<double>& need(const std::vector<double>& v, size_t layer, const std::string& field, int64_t n,
-                                  const std::string& what) const {
+  void need(const std::vector<double>& v, const std::string& field, int64_t n, const std::string& what) const {
     if (int64_t(v.size()) != n)
-      throw InputError(source, where(layer) + "." + field,
+      throw InputError(source, field,
                        "has " + std::to_string(v.size()) + " scores, the teacher has " + std::to_string(n) + " " + what +
                            " (scores of another teacher?)");
-    return v;
   }
   const LayerImportance& layer_scores(size_t i) const {
     if (scores.layers.size() != t.layers.size())
@@ -185,7 +183,7 @@ struct Planner {
     const int64_t Ht = t.hidden_size, Hs = s.hidden_size, V = t.vocab_size;
     IndexList hid;
     if (Hs < Ht) {
-      need(scores.hidden, 0, "hidden", Ht, "hidden channels");
+      need(scores.hidden, "hidden", Ht, "hidden channels");
       plan.hidden = top_k(scores.hidden, 0, Ht, Hs);
       hid = as_list(plan.hidden, Ht);
     }
@@ -214,14 +212,14 @@ struct Planner {
       std::vector<int64_t> groups = iota(K), heads;
       if (Ks < K) {
         const auto& sc = layer_scores(i);
-        need(sc.attn_kv_groups, i, "attn_kv_groups", K, "KV groups");
+        need(sc.attn_kv_groups, where(i) + ".attn_kv_groups", K, "KV groups");
         groups = top_k(sc.attn_kv_groups, 0, K, Ks);
         units.attn_kv_groups = groups;
       }
       for (int64_t k : groups) {
         if (gs < g) {
           const auto& sc = layer_scores(i);
-          need(sc.attn_heads, i, "attn_heads", b.num_heads, "attention heads");
+          need(sc.attn_heads, where(i) + ".attn_heads", b.num_heads, "attention heads");
           for (int64_t h : top_k(sc.attn_heads, k * g, g, gs)) heads.push_back(k * g + h);
         } else {
           for (int64_t h = 0; h < g; ++h) heads.push_back(k * g + h);
@@ -260,7 +258,7 @@ struct Planner {
       for (int64_t gi = 0; gi < G; ++gi) {
         if (Rs < R) {
           const auto& sc = layer_scores(i);
-          need(sc.mamba_heads, i, "mamba_heads", H, "Mamba heads");
+          need(sc.mamba_heads, where(i) + ".mamba_heads", H, "Mamba heads");
           for (int64_t h : top_k(sc.mamba_heads, gi * R, R, Rs)) heads.push_back(gi * R + h);
         } else {
           for (int64_t h = 0; h < R; ++h) heads.push_back(gi * R + h);
@@ -269,7 +267,7 @@ struct Planner {
       if (Rs < R) units.mamba_heads = heads;
       if (Ps < P) {
         const auto& sc = layer_scores(i);
-        need(sc.mamba_head_dim, i, "mamba_head_dim", P, "head-dim channels");
+        need(sc.mamba_head_dim, where(i) + ".mamba_head_dim", P, "head-dim channels");
         chans = top_k(sc.mamba_head_dim, 0, P, Ps);
         units.mamba_head_dim = chans;
       }
@@ -303,7 +301,7 @@ struct Planner {
       IndexList n;
       if (a.ffn_size < F) {
         const auto& sc = layer_scores(i);
-        need(sc.mlp_neurons, i, "mlp_neurons", F, "FFN neurons");
+        need(sc.mlp_neurons, where(i) + ".mlp_neurons", F, "FFN neurons");
         units.mlp_neurons = top_k(sc.mlp_neurons, 0, F, a.ffn_size);
         n = as_list(units.mlp_neurons, F);
       }
@@ -316,7 +314,7 @@ struct Planner {
       std::vector<int64_t> experts = iota(E);
       if (a.num_experts < E) {
         const auto& sc = layer_scores(i);
-        need(sc.moe_experts, i, "moe_experts", E, "experts");
+        need(sc.moe_experts, where(i) + ".moe_experts", E, "experts");
         experts = top_k(sc.moe_experts, 0, E, a.num_experts);
         units.moe_experts = experts;
       }
@@ -331,7 +329,7 @@ struct Planner {
         in = nullptr;
         if (a.latent_size < L) {
           const auto& sc = layer_scores(i);
-          need(sc.moe_latent, i, "moe_latent", L, "latent channels");
+          need(sc.moe_latent, where(i) + ".moe_latent", L, "latent channels");
           units.moe_latent = top_k(sc.moe_latent, 0, L, a.latent_size);
           in = as_list(units.moe_latent, L);
         }
@@ -343,7 +341,7 @@ struct Planner {
         IndexList n;
         if (a.expert_ffn < F) {
           const auto& sc = layer_scores(i);
-          need(sc.moe_expert_neurons, i, "moe_expert_neurons", E * F, "expert FFN neurons");
+          need(sc.moe_expert_neurons, where(i) + ".moe_expert_neurons", E * F, "expert FFN neurons");
           n = as_list(top_k(sc.moe_expert_neurons, e * F, F, a.expert_ffn), F);
         }
         const std::string sn = w + "experts." + std::to_string(j) + ".", tn = w + "experts." + std::to_string(e) + ".";
@@ -357,7 +355,7 @@ struct Planner {
         IndexList n;
         if (a.shared_ffn < Fs) {
           const auto& sc = layer_scores(i);
-          need(sc.moe_shared_neurons, i, "moe_shared_neurons", Fs, "shared-expert neurons");
+          need(sc.moe_shared_neurons, where(i) + ".moe_shared_neurons", Fs, "shared-expert neurons");
           units.moe_shared_neurons = top_k(sc.moe_shared_neurons, 0, Fs, a.shared_ffn);
           n = as_list(units.moe_shared_neurons, Fs);
         }
