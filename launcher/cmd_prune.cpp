@@ -4,6 +4,7 @@
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <type_traits>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"

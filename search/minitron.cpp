@@ -303,9 +303,10 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
                                              std::to_string(o.tp));
   if (g.feasible.empty()) {
     auto refuse = [&](const std::string& option, double given, const Best& b, const std::string& unit, double scale, bool at_least) {
-      throw InputError(option, fmt(given, 6),
+      throw InputError(option, unit.find("parameters") != std::string::npos ? count_text(given) : fmt(given, 6),
                        std::string(at_least ? "above the largest" : "below the smallest") + " reachable candidate: the " +
-                           (at_least ? "largest" : "smallest") + " reachable is " + fmt(b.v * scale, 8) + unit + " (" +
+                           (at_least ? "largest" : "smallest") + " reachable is " +
+                           (unit.find("parameters") != std::string::npos ? count_text(b.v) : fmt(b.v * scale, 6)) + unit + " (" +
                            dims_text(g.axes, b.dims) + ")");
     };
     if (c.params > 0 && min_params.v > c.params) refuse("--target-params", c.params, min_params, " parameters", 1, false);
@@ -487,8 +488,9 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
     write_text_atomic((fs::path(o.out) / "candidates.json").string(), minitron_table_json(g, res.chosen, o.constraints).dump(2) + "\n");
     write_text_atomic((fs::path(o.out) / "candidates.csv").string(), minitron_table_csv(g, res.chosen));
     std::cout << "[minitron] chose " << dims_text(g.axes, best.dims) << " (" << count_text(best.params) << " params, "
-              << count_text(best.active_params) << " active, loss " << fmt(best.score, 6) << "; teacher calibration loss "
-              << fmt(scores.base_loss, 6) << ") -> " << o.out << "/arch.json, " << res.student_path << ", "
+              << count_text(best.active_params) << " active, loss " << fmt(best.score, 6)
+              << (scores.base_loss > 0 ? "; the teacher's calibration loss in the importance file: " + fmt(scores.base_loss, 6) : "")
+              << ") -> " << o.out << "/arch.json, " << res.student_path << ", "
               << o.out << "/candidates.csv" << std::endl;
   }
   return res;

@@ -136,9 +136,10 @@ TEST(Prune, PlanCoversExactlyTheStudentTensors) {
   const auto& kept = plan.layers[1].moe_experts;
   ASSERT_EQ(kept.size(), 6u);
   std::set<int64_t> in(kept.begin(), kept.end());
-  for (int64_t e = 0; e < 8; ++e)
-    if (!in.count(e))
-      for (int64_t k : kept) EXPECT_GE(scores.layers[1].moe_experts[size_t(k)], scores.layers[1].moe_experts[size_t(e)]);
+  for (int64_t e = 0; e < 8; ++e) {
+    if (in.count(e)) continue;
+    for (int64_t k : kept) EXPECT_GE(scores.layers[1].moe_experts[size_t(k)], scores.layers[1].moe_experts[size_t(e)]);
+  }
   // Mamba heads stay within their B/C group: one head per group of 2.
   const auto& mh = plan.layers[0].mamba_heads;
   ASSERT_EQ(mh.size(), 4u);
