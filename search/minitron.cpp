@@ -219,7 +219,10 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
   }
   const opt mp = get("mamba_head_dim", "mamba.head_dim", [](const L& l) { return l.mamba ? opt(l.mamba->head_dim) : opt(); });
   if (mp) add("mamba_head_dim", mp, minitron_divisor(8, *mp), wmin);
-  const opt ex = get("experts", "moe.num_experts", [](const L& l) { return l.moe ? opt(l.moe->num_experts) : opt(); });
+  // Experts of grouped routing (n_group > 1) are not pruned (docs/pruning.md): held.
+  bool grouped = false;
+  for (const auto& l : t.layers) grouped = grouped || (l.moe && l.moe->n_group > 1);
+  const opt ex = grouped ? opt() : get("experts", "moe.num_experts", [](const L& l) { return l.moe ? opt(l.moe->num_experts) : opt(); });
   if (ex) add("experts", ex, minitron_divisor(8, *ex), wmin);
   const opt ef = get("expert_ffn", "moe.expert_ffn", [](const L& l) { return l.moe ? opt(l.moe->expert_ffn) : opt(); });
   if (ef) add("expert_ffn", ef, minitron_divisor(512, *ef), wmin);
@@ -263,7 +266,7 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
     } catch (const InputError&) {
       continue;  // e.g. top_k above the expert count
     }
-    if (!model::tp_split_problem(b.spec, o.tp).empty()) continue;
+    if (!model::tp_split_problem(b.spec, o.tp).empty() || !is_sub_architecture(t, b.spec).empty()) continue;
     ++g.valid;
     MinitronCandidate cand;
     cand.dims = dims;
