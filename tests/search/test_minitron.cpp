@@ -61,8 +61,11 @@ TEST(Minitron, DivisorsAndChoices) {
   int64_t lowest = 0;
   for (int64_t i = 1; i < 5; ++i)
     if (scores.layers[size_t(i)].depth_cosine < scores.layers[size_t(lowest)].depth_cosine) lowest = i;
-  for (const auto& c : g.feasible)
-    if (c.dims[3] == 4) EXPECT_EQ(c.dropped, (std::vector<int64_t>{lowest}));
+  for (const auto& c : g.feasible) {
+    if (c.dims[3] == 4) {
+      EXPECT_EQ(c.dropped, (std::vector<int64_t>{lowest}));
+    }
+  }
   // Skipped axes hold the teacher's value.
   search::MinitronGridOptions o;
   o.skip_axes = {"hidden", "layers"};
