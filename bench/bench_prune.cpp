@@ -117,7 +117,9 @@ int main(int argc, char** argv) {
       const double rd = since(t0);
       checkpoint::SaveOptions so;
       so.keep_last = 1;
-      checkpoint::save_checkpoint(MPI_COMM_WORLD, dir + "/copy", r, ts, reader.attributes(), nullptr, so);
+      checkpoint::save_checkpoint(MPI_COMM_WORLD, dir + "/copy", r, ts,
+                                  {{checkpoint::kArchSpecAttribute, reader.attributes().at(checkpoint::kArchSpecAttribute)}},
+                                  nullptr, so);
       best_read = std::min(best_read, rd);
     }
     MPI_Barrier(MPI_COMM_WORLD);

@@ -29,10 +29,10 @@ model::ArchSpec toy_spec() {
   return s;
 }
 
-search::CostTarget cpu_target() {
+// A committed literature profile (this machine's cpu-local profile is per user on main).
+search::CostTarget gpu_target() {
   const std::string dir = search::default_configs_dir();
-  return {search::load_hardware("cpu-local", dir), search::load_engine("local-eager", dir),
-          search::load_workload("in-game", dir)};
+  return {search::load_hardware("h100", dir), search::load_engine("vllm", dir), search::load_workload("in-game", dir)};
 }
 
 }  // namespace
@@ -75,7 +75,7 @@ TEST(Minitron, DivisorsAndChoices) {
 TEST(Minitron, EveryCandidateMeetsTheBudgetByTheExactCostModel) {
   const auto spec = hybrid_spec();  // Mamba, MoE, attention, MLP, latent MoE: 7 axes
   const auto scores = full_scores(spec, 2);
-  const auto target = cpu_target();
+  const auto target = gpu_target();
   const auto all = search::minitron_grid(spec, scores, {1e12}, &target);
   ASSERT_GT(all.feasible.size(), 20u);
   std::vector<double> tpot, params;
@@ -130,7 +130,7 @@ TEST(Minitron, ImpossibleBudgetNamesTheSmallestReachable) {
     EXPECT_NE(m.find("smallest reachable is " + std::to_string(int64_t(smallest)) + " parameters"), std::string::npos) << m;
   }
   EXPECT_EQ(search::minitron_grid(spec, scores, {smallest}, nullptr).feasible.size(), 1u);
-  const auto target = cpu_target();
+  const auto target = gpu_target();
   search::MinitronConstraints c;
   c.tpot_ms = 1e-9;
   try {
