@@ -60,7 +60,7 @@ int run_prune(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   std::cout << std::fixed << std::setprecision(2) << "pruned " << teacher << " to " << arch << " (" << r.tensors
             << " tensors, " << double(r.bytes) / 1e6 << " MB) at TP " << r.tp << " x DP " << r.dp << ": plan " << r.plan_s
-            << " s, read " << r.load_s << " s, write " << r.save_s << " s -> " << r.path << "\n";
+            << " s, build " << r.build_s << " s, read " << r.load_s << " s, write " << r.save_s << " s -> " << r.path << "\n";
   ctx.write_manifest(out, {{"world_size", ctx.runtime.world_size()}, {"tp", r.tp}, {"dp", r.dp}});
   return kExitOk;
 }

@@ -590,6 +590,7 @@ PruneResult prune_checkpoint(MPI_Comm world, const std::string& teacher_checkpoi
   dist::ParallelLayout layout(world, {options.tp, 0, 0});
   res.tp = layout.tp_size();
   res.dp = layout.dp_size();
+  const auto tb = clock::now();
   model::CausalLM m(student, model::TpGroup{dist::make_mpi_communicator(layout.tp_mpi_comm())}, model::ModelOptions{dtype});
   const auto t1 = clock::now();
   if (layout.dp_rank() == 0) load_pruned(*m, reader, plan);  // DP replicas write nothing: they read nothing
@@ -611,7 +612,8 @@ PruneResult prune_checkpoint(MPI_Comm world, const std::string& teacher_checkpoi
     for (int64_t v : t.shape()) n *= v;
     res.bytes += n * int64_t(torch::elementSize(dtype));
   }
-  res.plan_s = std::chrono::duration<double>(t1 - t0).count();
+  res.plan_s = std::chrono::duration<double>(tb - t0).count();
+  res.build_s = std::chrono::duration<double>(t1 - tb).count();
   res.load_s = std::chrono::duration<double>(t2 - t1).count();
   res.save_s = std::chrono::duration<double>(t3 - t2).count();
   return res;

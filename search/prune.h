@@ -80,7 +80,9 @@ struct PruneResult {
   std::string path;  // <out_dir>/step_0.h5
   int tp = 1, dp = 1;
   int64_t tensors = 0, bytes = 0;  // student logical tensors and their bytes at the student dtype
-  double plan_s = 0, load_s = 0, save_s = 0;
+  // plan_s: open, checks and plan; build_s: constructing the student's TP shard (its
+  // constructor draws random initial values); load_s: sliced reads; save_s: the write.
+  double plan_s = 0, build_s = 0, load_s = 0, save_s = 0;
 };
 
 // Collective over `world`: plans, has every rank of DP replica 0 build its TP shard of the
