@@ -1,4 +1,4 @@
-// Prune time for a ~124M-parameter Llama-style teacher (bf16) against reading and writing the
+// Prune time for a 131.7M-parameter Llama-style teacher (bf16) against reading and writing the
 // same teacher checkpoint in the same run (issue 14: pruning is bounded by the I/O; goal:
 // read+write time / prune time >= 0.5). The student keeps 75% of the hidden width, 2/3 of
 // the FFN and half the heads per KV group (every tensor is sliced). Run under mpirun for
