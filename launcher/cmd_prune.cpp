@@ -1,0 +1,139 @@
+// `autocompress prune` (a student cut from a teacher checkpoint for a sub-architecture) and
+// `autocompress minitron` (the Minitron baseline: uniform pruning to a budget).
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <type_traits>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
+#include "dist/error.h"
+#include "dist/runtime.h"
+#include "launcher/command.h"
+#include "model/arch_spec.h"
+#include "search/importance.h"
+#include "search/minitron.h"
+#include "search/prune.h"
+
+namespace ac::launcher {
+namespace {
+
+std::string required(const po::variables_map& vm, const char* name, const char* cmd) {
+  if (!vm.count(name)) throw InputError(std::string("autocompress ") + cmd + ": missing --" + name + " (see --help)");
+  return vm[name].as<std::string>();
+}
+
+// The importance scores for the teacher at `teacher` (checked against its fingerprint).
+search::ImportanceScores load_scores(const std::string& teacher, const std::string& importance) {
+  std::string fingerprint;
+  {
+    checkpoint::CheckpointReader r(checkpoint::resolve_checkpoint(teacher));
+    fingerprint = checkpoint::model_fingerprint(r);
+  }
+  return search::load_importance(importance, fingerprint);
+}
+
+int run_prune(const po::variables_map& vm, RunContext& ctx) {
+  const std::string teacher = required(vm, "teacher", "prune"), importance = required(vm, "importance", "prune");
+  const std::string arch = required(vm, "arch", "prune"), out = required(vm, "out", "prune");
+  const model::ArchSpec student = model::load_arch(arch);
+  const search::ImportanceScores scores = load_scores(teacher, importance);
+  search::PruneOptions o;
+  o.tp = vm["tp"].as<int>();
+  o.student_source = arch;
+  o.scores_source = importance;
+  const auto r = search::prune_checkpoint(ctx.runtime.world(), teacher, scores, student, out, o);
+  if (!ctx.runtime.is_root()) return kExitOk;
+  std::cout << std::fixed << std::setprecision(2) << "pruned " << teacher << " to " << arch << " (" << r.tensors
+            << " tensors, " << double(r.bytes) / 1e6 << " MB) at TP " << r.tp << " x DP " << r.dp << ": plan " << r.plan_s
+            << " s, build " << r.build_s << " s, read " << r.load_s << " s, write " << r.save_s << " s -> " << r.path << "\n";
+  ctx.write_manifest(out, {{"world_size", ctx.runtime.world_size()}, {"tp", r.tp}, {"dp", r.dp}});
+  return kExitOk;
+}
+
+int run_minitron(const po::variables_map& vm, RunContext& ctx) {
+  search::MinitronOptions o;
+  o.teacher = required(vm, "teacher", "minitron");
+  o.importance = required(vm, "importance", "minitron");
+  o.out = required(vm, "out", "minitron");
+  auto take = [&](const char* name, auto& v) {
+    if (vm.count(name)) v = vm[name].as<std::remove_reference_t<decltype(v)>>();
+  };
+  take("target-params", o.constraints.params);
+  take("target-active-params", o.constraints.active_params);
+  take("target-memory-gb", o.constraints.memory_gb);
+  take("target-ttft-ms", o.constraints.ttft_ms);
+  take("target-tpot-ms", o.constraints.tpot_ms);
+  take("target-throughput", o.constraints.throughput);
+  take("hardware", o.hardware);
+  take("engine", o.engine);
+  take("workload", o.workload);
+  take("configs-dir", o.configs_dir);
+  take("data", o.data);
+  take("split", o.split);
+  take("score-samples", o.score_samples);
+  take("seq-len", o.seq_len);
+  take("micro-batch", o.micro_batch);
+  take("seed", o.seed);
+  take("top-k", o.top_k);
+  take("depth-score", o.depth_score);
+  take("skip", o.skip_axes);
+  take("tp", o.tp);
+  take("dtype", o.dtype);
+  o.scores_source = o.importance;
+  const search::ImportanceScores scores = load_scores(o.teacher, o.importance);
+  const auto r = search::run_minitron(o, scores, ctx.runtime.world(),
+                                      [&](const nlohmann::json& layout) { ctx.write_manifest(o.out, layout); });
+  return r.chosen >= 0 ? kExitOk : kExitRuntime;
+}
+
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "prune", "cut a student out of a teacher checkpoint for a sub-architecture, keeping the top-ranked units (run under mpirun)",
+    [](po::options_description& d) {
+      d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory with `latest`, or .h5)")(
+          "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher (autocompress importance)")(
+          "arch", po::value<std::string>()->value_name("FILE"), "student ArchSpec JSON or config.json: a sub-architecture of the teacher")(
+          "out", po::value<std::string>()->value_name("DIR"), "checkpoint directory: gets step_0.h5, latest and manifest.json")(
+          "tp", po::value<int>()->default_value(1), "tensor-parallel size the ranks load the student at (world = tp x dp)");
+    },
+    run_prune}));
+
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "minitron",
+    "the Minitron baseline: uniform width/depth grid under a parameter, memory or latency budget, top candidates scored by LM loss",
+    [](po::options_description& d) {
+      search::MinitronOptions c;
+      d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory or .h5)")(
+          "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher")(
+          "out", po::value<std::string>()->value_name("DIR"), "gets arch.json, student/, candidates.csv, candidates.json, manifest.json")(
+          "target-params", po::value<double>()->value_name("N"), "at most N parameters (ArchSpec count, without MTP)")(
+          "target-active-params", po::value<double>()->value_name("N"), "at most N active parameters per token")(
+          "target-memory-gb", po::value<double>()->value_name("X"),
+          "at most X GB (1e9 bytes) of serving memory by the cost model: weights + activations + reserve + KV/state of the "
+          "workload's concurrency (1 sequence when it asks for as many as fit); needs --hardware and --workload")(
+          "hardware", po::value<std::string>()->value_name("ID|FILE"), "hardware profile for the cost-model constraints")(
+          "engine", po::value<std::string>()->value_name("ID|FILE")->default_value(c.engine), "serving engine profile")(
+          "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
+          "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
+          "target-ttft-ms", po::value<double>()->value_name("X"), "predicted TTFT at most X ms")(
+          "target-tpot-ms", po::value<double>()->value_name("X"), "predicted TPOT at most X ms")(
+          "target-throughput", po::value<double>()->value_name("X"), "predicted output throughput at least X tokens/s")(
+          "data", po::value<std::vector<std::string>>()->multitoken(), "scoring data: PATH or WEIGHT:PATH, repeatable")(
+          "split", po::value<std::string>()->default_value(c.split), "train,calibration,eval document fractions (scores use calibration)")(
+          "score-samples", po::value<int64_t>()->default_value(c.score_samples), "sequences each candidate is scored on")(
+          "seq-len", po::value<int64_t>()->default_value(c.seq_len), "tokens per scoring sequence")(
+          "micro-batch", po::value<int64_t>()->default_value(c.micro_batch), "sequences per DP rank per forward")(
+          "seed", po::value<uint64_t>()->default_value(c.seed), "data order seed")(
+          "top-k", po::value<int>()->default_value(c.top_k), "candidates scored (the largest that meet the budget)")(
+          "depth-score", po::value<std::string>()->default_value(c.depth_score),
+          "which layers are dropped first: cosine (1 - cos(h_in, h_out)) or loss (LM-loss increase when skipped)")(
+          "skip", po::value<std::vector<std::string>>()->multitoken(),
+          "axes held at the teacher's value: hidden attn_heads ffn mamba_heads mamba_head_dim experts expert_ffn shared_ffn layers")(
+          "tp", po::value<int>()->default_value(c.tp), "tensor-parallel size for scoring and the final prune")(
+          "dtype", po::value<std::string>()->default_value(c.dtype), "scoring compute dtype: auto | bf16 | f32");
+    },
+    run_minitron}));
+
+}  // namespace
+}  // namespace ac::launcher
