@@ -506,7 +506,7 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     const double vshard_s = std::ceil(double(trained.vocab_size) / tp);
     const double chunk = std::min<double>(double(o.kd_token_chunk), sb);
     add("KD logits", 2 * sb * (vshard_t + 2 * vshard_s) + o.kd_fp32_temporaries * chunk * vshard_s * 4,
-        fmt("bf16 teacher + student logits and the student's gradient [tokens, vocab / TP], %d fp32 ", o.kd_fp32_temporaries) +
+        fmt("bf16 teacher + student logits and the student's gradient [tokens, vocab / TP], %.0f fp32 ", double(o.kd_fp32_temporaries)) +
             fmt("[chunk %.0f, vocab / TP] temporaries", chunk));
     if (student) {
       if (L.dp > 1 || p.edp > 1) buffers += o.bucket_bytes * 1.5;  // fp32 reduce-scatter bucket + bf16 all-gather bucket
