@@ -12,7 +12,7 @@ expect_out "layout: TP 8 x DP 8, EP 4 x ETP 8, ZeRO-1; EDP 2"
 expect_out "teacher weights"
 expect_out "student optimizer states"
 expect_out "fits, free"
-expect_out "EP      4 intra-node"
+expect_out "EP      4 inter-node"
 expect_out "step estimate: compute"
 python3 - "$T/plan.json" <<'PY' || fail "plan json"
 import json, sys
