@@ -650,7 +650,7 @@ std::string Plan::table() const {
                 compute_s, flops_per_gpu / 1e12);
   o << line;
   if (has_interconnect) {
-    std::snprintf(line, sizeof line, " + TP %.3f s + EP %.3f s + DP %.3f s (overlapped with backward where it can be)\n",
+    std::snprintf(line, sizeof line, " + TP/ETP %.3f s + EP %.3f s + DP/EDP %.3f s (hidden behind the backward where it can be)\n",
                   tp_comm_s, ep_comm_s, dp_comm_s);
     o << line;
     std::snprintf(line, sizeof line, "  step %.3f s, %.0f tokens per step, %.0f tokens/s, %.1f GPU-hours per billion tokens\n",
