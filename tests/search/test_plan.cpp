@@ -334,6 +334,32 @@ TEST_F(SuperPlan, ExpertParallelismMakesItFitOnEightH100Nodes) {
   EXPECT_TRUE(fitting_layouts(teacher, &student, parse_cluster("1x8xh100"), profile("h100"), PlanOptions{}).empty());
 }
 
+TEST_F(SuperPlan, TeacherMayUseItsOwnExpertParallelism) {
+  // The frozen teacher's 512 experts allow EP 64 while the 300-expert student stays at EP 4
+  // (ETP 1, as ModelOpt distils): only the teacher's expert share and its all-to-all change.
+  const Cluster c = parse_cluster("8x8xh100");
+  PlanLayout L;
+  L.tp = 8;
+  L.etp = 1;
+  L.ep = 4;
+  const Plan same = make_plan(teacher, &student, c, profile("h100"), L, PlanOptions{});
+  L.teacher_ep = 64;
+  const Plan own = make_plan(teacher, &student, c, profile("h100"), L, PlanOptions{});
+  EXPECT_EQ(own.teacher_edp, 1);
+  EXPECT_EQ(own.edp, 16);
+  const double experts = 512.0 * 1024 * 2688 * 2 * 41;  // 40 MoE layers + the MTP one
+  EXPECT_NEAR(same.teacher_params_gpu - own.teacher_params_gpu, experts / 4 - experts / 64, 1e3);
+  EXPECT_DOUBLE_EQ(same.item("student weights"), own.item("student weights"));
+  EXPECT_DOUBLE_EQ(same.item("student activations"), own.item("student activations"));
+  L.teacher_ep = 3;
+  try {
+    make_plan(teacher, &student, parse_cluster("3x8xh100"), profile("h100"), L, PlanOptions{});
+    ADD_FAILURE() << "teacher EP 3 accepted";
+  } catch (const ac::InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--teacher-ep: 3: does not divide the 512 experts of teacher layers[1]");
+  }
+}
+
 TEST_F(SuperPlan, ImportanceAndSearchStagesHoldOneCopyOfTheTeacher) {
   const Cluster c = parse_cluster("1x8xb200");
   PlanLayout L;
