@@ -1,6 +1,7 @@
 // `autocompress plan`: per-GPU memory, communication per step and a step-time estimate of a
 // distillation (or importance / search) job on a named cluster, at a given layout or at the
 // least-sharded layout that fits; exit 2 naming what does not fit (docs/plan.md).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -96,12 +97,12 @@ int run_plan(const po::variables_map& vm, RunContext& ctx) {
     if (!plan->fits) fit = search::fitting_layouts(teacher, st, cluster, hw, o);
   } else {
     fit = search::fitting_layouts(teacher, st, cluster, hw, o);
-    if (fit.empty()) {  // show the least-sharded layout that is valid, to say by how much it misses
-      search::PlanLayout L;
-      L.tp = std::min(8, cluster.gpus_per_node);
-      while (cluster.world() % L.tp) L.tp /= 2;
-      L.zero = o.stage == search::PlanStage::Distill ? 2 : 1;
-      plan = search::make_plan(teacher, st, cluster, hw, L, o);
+    if (fit.empty()) {  // show the valid layout that needs the least memory, to say by how much it misses
+      std::vector<search::Plan> all = search::candidate_layouts(teacher, st, cluster, hw, o);
+      if (all.empty()) throw InputError("--cluster", cluster.to_string(), "no valid layout (TP 1/2/4/8 and EP) for these models");
+      plan = *std::min_element(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.total_bytes < b.total_bytes; });
+      std::cout << "layout: none given and none fits on " << cluster.to_string() << "; the one needing the least memory is "
+                << plan->layout.to_string() << "\n";
     } else {
       plan = fit.front();
       std::cout << "layout: none given; the least-sharded layout that fits on " << cluster.to_string() << " is "
@@ -125,10 +126,15 @@ int run_plan(const po::variables_map& vm, RunContext& ctx) {
   std::cout << std::flush;
   if (!plan->fits) {
     std::string msg = "does not fit: " + plan->overflow() + ". ";
-    if (fit.empty())
-      msg += "No layout of " + cluster.to_string() +
-             " fits (TP 1/2/4/8, ETP 1 or TP, EP dividing the experts, ZeRO 0-2): use more nodes, a larger GPU, "
-             "full recompute or a shorter sequence";
+    if (fit.empty()) {
+      msg += "No layout of " + cluster.to_string() + " fits (TP 1/2/4/8, ETP 1 or TP, EP dividing the experts, ZeRO 0-2)";
+      const std::vector<search::Plan> more = search::smallest_fitting_cluster(teacher, st, cluster, hw, o);
+      if (more.empty())
+        msg += ", nor on up to 1024 such nodes: use a larger GPU, full recompute or a shorter sequence";
+      else
+        msg += "; the fewest nodes of this kind that fit: " + more.front().cluster.to_string() + " with" +
+               layouts_line(more);
+    }
     else
       msg += "Layouts of " + cluster.to_string() + " that fit, least sharded first:" + layouts_line(fit);
     throw InputError("--cluster " + cluster.to_string(), "layout", msg);

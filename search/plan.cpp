@@ -563,9 +563,9 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
   return p;
 }
 
-std::vector<Plan> fitting_layouts(const ArchSpec& teacher, const ArchSpec* student, const Cluster& cluster,
-                                  const HardwareProfile& hw, const PlanOptions& options, size_t max_results) {
-  std::vector<Plan> fit;
+std::vector<Plan> candidate_layouts(const ArchSpec& teacher, const ArchSpec* student, const Cluster& cluster,
+                                    const HardwareProfile& hw, const PlanOptions& options) {
+  std::vector<Plan> all;
   const int world = cluster.world();
   int g = experts_gcd(teacher, 0);
   if (student && options.stage == PlanStage::Distill) g = experts_gcd(*student, g);
@@ -585,13 +585,20 @@ std::vector<Plan> fitting_layouts(const ArchSpec& teacher, const ArchSpec* stude
           L.ep = ep;
           L.zero = zero;
           try {
-            Plan p = make_plan(teacher, student, cluster, hw, L, options);
-            if (p.fits) fit.push_back(std::move(p));
-          } catch (const InputError&) {
+            all.push_back(make_plan(teacher, student, cluster, hw, L, options));
+          } catch (const InputError&) {  // e.g. TP not dividing some layer's heads
           }
         }
       }
   }
+  return all;
+}
+
+std::vector<Plan> fitting_layouts(const ArchSpec& teacher, const ArchSpec* student, const Cluster& cluster,
+                                  const HardwareProfile& hw, const PlanOptions& options, size_t max_results) {
+  std::vector<Plan> fit;
+  for (auto& p : candidate_layouts(teacher, student, cluster, hw, options))
+    if (p.fits) fit.push_back(std::move(p));
   std::sort(fit.begin(), fit.end(), [](const Plan& a, const Plan& b) {
     auto key = [](const Plan& p) {
       return std::make_tuple(p.layout.tp * p.layout.ep * p.layout.etp, p.layout.zero, p.total_bytes);
@@ -600,6 +607,15 @@ std::vector<Plan> fitting_layouts(const ArchSpec& teacher, const ArchSpec* stude
   });
   if (fit.size() > max_results) fit.resize(max_results);
   return fit;
+}
+
+std::vector<Plan> smallest_fitting_cluster(const ArchSpec& teacher, const ArchSpec* student, const Cluster& cluster,
+                                           const HardwareProfile& hw, const PlanOptions& options, int max_nodes) {
+  for (Cluster c = cluster; c.nodes <= max_nodes; c.nodes *= 2) {
+    std::vector<Plan> fit = fitting_layouts(teacher, student, c, hw, options, 1);
+    if (!fit.empty()) return fit;
+  }
+  return {};
 }
 
 std::string Plan::table() const {

@@ -138,8 +138,18 @@ Plan make_plan(const model::ArchSpec& teacher, const model::ArchSpec* student, c
 // Every valid layout of this cluster (TP in {1,2,4,8} within a node, ETP in {1, TP}, EP
 // dividing both models' expert counts, ZeRO 0/1/2) that fits, least model parallelism first
 // (TP x EP x ETP, then ZeRO stage, then memory). At most `max_results`.
+// Every valid layout of the enumeration below, fitting or not, in no particular order.
+std::vector<Plan> candidate_layouts(const model::ArchSpec& teacher, const model::ArchSpec* student,
+                                    const Cluster& cluster, const HardwareProfile& hw, const PlanOptions& options);
+
 std::vector<Plan> fitting_layouts(const model::ArchSpec& teacher, const model::ArchSpec* student,
                                   const Cluster& cluster, const HardwareProfile& hw, const PlanOptions& options,
                                   size_t max_results = 5);
+
+// When nothing fits: the fewest nodes of the same kind (nodes x 2^k up to max_nodes) on which
+// fitting_layouts finds a layout; its first layout, or nothing.
+std::vector<Plan> smallest_fitting_cluster(const model::ArchSpec& teacher, const model::ArchSpec* student,
+                                           const Cluster& cluster, const HardwareProfile& hw,
+                                           const PlanOptions& options, int max_nodes = 1024);
 
 }  // namespace ac::search

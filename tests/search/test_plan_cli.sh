@@ -44,6 +44,7 @@ python3 -c "import json,sys; j=json.load(open('$T/nofit.json')); assert j['fits'
 # One node: nothing fits at all.
 expect_rc 2 "$AC_BIN" plan $SUPER --cluster 1x8xh100
 expect_out "No layout of 1x8xh100 fits"
+expect_out "the fewest nodes of this kind that fit: 8x8xh100 with"
 # No layout given: the least-sharded layout that fits is chosen.
 expect_rc 0 "$AC_BIN" plan $SUPER --cluster 4x8xb200
 expect_out "the least-sharded layout that fits on 4x8xb200 is TP 4 x DP 8, EP 4 x ETP 1"
