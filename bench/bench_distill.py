@@ -6,16 +6,17 @@
 Models (Llama layout, vocabulary 8192, random weights): a ~19M-parameter teacher (hidden
 384, 8 layers) and a ~9M student (hidden 256, 6 layers). Both sides run the same step on the
 same batch (micro-batch x seq tokens, random token ids), same threads, one process:
-teacher forward (bf16, no grad), student forward + backward, forward KL over the full
+teacher forward (no grad), student forward + backward, forward KL over the full
 vocabulary (T = 1), AdamW with fp32 state, gradient clipping at 1.0.
-  - autocompress: `autocompress distill` (bf16 parameters with fp32 ZeRO-1 masters), data
+Both sides in one dtype (--dtype auto: bf16 where the CPU has native bf16, else fp32).
+  - autocompress: `autocompress distill` (parameters in that dtype, fp32 ZeRO-1 masters), data
     from a Megatron dataset, checkpointing off; tokens/s = median of the logged steps after
     the first two.
   - PyTorch eager: transformers LlamaForCausalLM; the student in fp32 under
-    torch.autocast(bfloat16) (the standard mixed-precision recipe), the teacher in bf16;
+    torch.autocast(bfloat16) in bf16 (the standard mixed-precision recipe), the teacher in the dtype;
     log_softmax + kl_div(log_target=True) in fp32; torch.optim.AdamW (foreach).
 Prints tokens/s for both, the ratio, MFU against the hardware profile's peak (--hardware,
-e.g. configs/hardware/cpu-local.json from `autocompress cost calibrate`), and ZeRO-1 optimizer
+e.g. cpu-local: this machine's profile once `autocompress cost calibrate` made it), and ZeRO-1 optimizer
 bytes per rank against replicated AdamW from a 2-rank run (--dp2).
 Needs pip torch + transformers (not used by CI).
 """
@@ -83,7 +84,7 @@ def ours(args, work, env, ranks, tag):
         "--teacher", os.path.join(work, "teacher_ckpt", "checkpoints"), "--data", os.path.join(work, "tokens"),
         "--seq-len", str(args.seq), "--micro-batch", str(args.batch // ranks), "--steps", str(args.steps),
         "--warmup", "2", "--lr", "1e-3", "--log-interval", "1", "--eval-interval", "0", "--save-interval", "0",
-        "--split", "100,0,0", "--dtype", "bf16", "--out", out]
+        "--split", "100,0,0", "--dtype", args.dtype, "--out", out]
     # The final checkpoint is written after the last logged step; it is not timed.
     if args.hardware:
         cmd += ["--hardware", args.hardware]
@@ -95,9 +96,20 @@ def ours(args, work, env, ranks, tag):
     return tps, mfu, (opt_line[0] if opt_line else ""), log
 
 
+def native_bf16():
+    """The choice `--dtype auto` makes in autocompress (dist/cpu_features.h): bf16 only where
+    the CPU computes it natively (AVX512_BF16 or AMX-BF16), else fp32 on both sides."""
+    try:
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":", 1)[1].split()
+    except (OSError, StopIteration):
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def eager(args, tokens):
     torch.manual_seed(0)
-    teacher = transformers.LlamaForCausalLM(teacher_config()).to(torch.bfloat16).eval()
+    bf16 = args.dtype == "bf16"
+    teacher = transformers.LlamaForCausalLM(teacher_config()).to(torch.bfloat16 if bf16 else torch.float32).eval()
     student = transformers.LlamaForCausalLM(student_config())
     for p in teacher.parameters():
         p.requires_grad_(False)
@@ -110,7 +122,7 @@ def eager(args, tokens):
         ids = batch[:, :-1]
         with torch.no_grad():
             t_logits = teacher(input_ids=ids).logits
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             s_logits = student(input_ids=ids).logits
         s = F.log_softmax(s_logits.float().view(-1, VOCAB), dim=-1)
         t = F.log_softmax(t_logits.float().view(-1, VOCAB), dim=-1)
@@ -139,8 +151,12 @@ def main():
     ap.add_argument("--batch", type=int, default=4, help="samples per step (all ranks)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--hardware", default="")
+    ap.add_argument("--dtype", default="auto", choices=["auto", "bf16", "f32"],
+                    help="both sides (auto: bf16 where the CPU has native bf16, else f32, as autocompress picks)")
     ap.add_argument("--dp2", action="store_true", help="also run 2 ranks x threads/2 and report ZeRO-1 memory")
     args = ap.parse_args()
+    if args.dtype == "auto":
+        args.dtype = "bf16" if native_bf16() else "f32"
     torch.set_num_threads(args.threads)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory() as work:
@@ -159,7 +175,8 @@ def main():
         t_ours2, mfu2, _, _ = ours(args, work, env, 1, "ours2")
         t_eager2 = eager(args, tokens)
         a, e = max(t_ours, t_ours2), max(t_eager, t_eager2)
-        print(f"threads {args.threads}, batch {args.batch} x seq {args.seq} tokens, teacher ~19M, student ~9M (vocab {VOCAB})")
+        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+        print(f"threads {args.threads}, {args.dtype} on {cpu}, batch {args.batch} x seq {args.seq} tokens, teacher ~19M, student ~9M (vocab {VOCAB})")
         print(f"  autocompress distill : {t_ours:8.0f} / {t_ours2:8.0f} tokens/s" +
               (f"  (MFU {100 * max(mfu, mfu2):.1f}% of the profile's peak)" if mfu else ""))
         print(f"  PyTorch eager KD step: {t_eager:8.0f} / {t_eager2:8.0f} tokens/s")

@@ -76,6 +76,8 @@ def main():
     ap.add_argument("--models", nargs="*", default=["dense", "hybrid"])
     ap.add_argument("--dtypes", nargs="*", default=["float32", "bfloat16"])
     a = ap.parse_args()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    print(f"CPU: {cpu} (figures are of this CPU only; bf16 is slow where it has no AVX512_BF16/AMX)")
     torch.set_num_threads(a.threads)
     rows = []
     wait_policy = "?"

@@ -33,7 +33,7 @@
 #include "distill/lr_schedule.h"
 #include "model/arch_spec.h"
 #include "model/model.h"
-#include "search/costmodel/profiles.h"
+#include "dist/cpu_features.h"
 
 namespace fs = std::filesystem;
 
@@ -131,18 +131,12 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     throw InputError("--seq-len/--micro-batch/--grad-accum", "value", "must be positive");
   if (cfg.intermediate != "none" && cfg.intermediate != "cosine" && cfg.intermediate != "mse")
     throw InputError("--intermediate", "value", "\"" + cfg.intermediate + "\" is not none, cosine or mse");
-  const torch::Dtype dtype = checkpoint::parse_dtype(cfg.dtype);
-  if (dtype == torch::kFloat16)
+  if (cfg.dtype == "f16" || cfg.dtype == "float16")
     throw InputError("--dtype", cfg.dtype, "float16 training needs loss scaling, which the trainer does not do: use bf16 or f32");
-  // MFU reference: the profile's peak per device (and, for CPU profiles, the threads it was
-  // measured with).
-  double peak_flops = 0;
-  int profile_threads = 0;
-  if (!cfg.hardware.empty()) {
-    const search::HardwareProfile hw = search::load_hardware(cfg.hardware, search::default_configs_dir());
-    peak_flops = hw.peak_flops;
-    profile_threads = hw.threads;
-  }
+  const dist::DtypeChoice dtype_choice = dist::choose_dtype(cfg.dtype);
+  const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
+  const double peak_flops = cfg.peak_flops;
+  const int profile_threads = cfg.peak_threads;
 
   // ---- layout and models --------------------------------------------------------------
   model::ArchSpec spec = model::load_arch(cfg.student);
@@ -152,7 +146,8 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   const bool root = layout.world_rank() == 0;
   const int dp_rank = layout.dp_rank(), dp = layout.dp_size();
   model::TpGroup tp{dist::make_mpi_communicator(layout.tp_mpi_comm())};
-  nlohmann::json layout_json = {{"world", layout.world_size()}, {"tp", layout.tp_size()}, {"dp", dp}};
+  nlohmann::json layout_json = {{"world", layout.world_size()}, {"tp", layout.tp_size()}, {"dp", dp},
+                                {"dtype", dtype_choice.dtype}, {"dtype_reason", dtype_choice.reason}};
   if (on_layout) on_layout(layout_json);
 
   std::optional<model::CausalLM> teacher;
@@ -388,7 +383,9 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   if (root) {
     std::cout << (cfg.distill ? "distill" : "pretrain") << ": " << student->logical_parameter_count()
               << " student parameters, TP " << layout.tp_size() << " x DP " << dp << ", " << tokens_per_step
-              << " tokens per step, steps " << step << " -> " << cfg.steps << std::endl;
+              << " tokens per step, steps " << step << " -> " << cfg.steps << "\n"
+              << "dtype: " << dtype_choice.dtype << " (" << dtype_choice.reason << ")" << std::endl;
+    if (!cfg.peak_note.empty()) std::cout << "MFU: " << cfg.peak_note << std::endl;
   }
   {
     // ZeRO-1 memory per rank against replicated AdamW (fp32 master + 2 moments = 12 B/param).

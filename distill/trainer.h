@@ -26,7 +26,9 @@ struct TrainerConfig {
   std::string student;          // ArchSpec JSON or Hugging Face config.json
   std::string student_init;     // optional checkpoint (dir or .h5) the student starts from
   std::string teacher;          // checkpoint (dir with `latest`, or .h5): distill only
-  std::string dtype = "bf16";   // parameter/activation dtype: bf16 | f32 (master weights are fp32)
+  // Parameter/activation dtype: auto | bf16 | f32 (master weights are fp32). auto: bf16 where
+  // it is native (CUDA, AVX512_BF16/AMX CPUs), else f32 (dist::choose_dtype).
+  std::string dtype = "auto";
   int tp = 1;
   // Data
   std::vector<std::string> data;  // PATH or WEIGHT:PATH (Megatron prefix or .h5 token store)
@@ -56,7 +58,12 @@ struct TrainerConfig {
   int64_t eval_iters = 4;
   int64_t save_interval = 50;   // 0: only at the end and on signals
   int keep_last = 3;
-  std::string hardware;         // hardware profile JSON for MFU (peak_flops per rank); optional
+  // MFU reference, resolved by the launcher from a hardware profile: peak FLOP/s per device
+  // (0: no MFU), the intra-op threads a CPU profile was measured with (0: whole device), and a
+  // note printed in the header (e.g. that the profile was calibrated on another CPU).
+  double peak_flops = 0;
+  int peak_threads = 0;
+  std::string peak_note;
 };
 
 // Runs the job on `world`. Returns 0 when all steps are done, kExitRequeue after a

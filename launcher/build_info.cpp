@@ -10,6 +10,7 @@
 
 #include "autocompress/build_info.h"
 #include "dist/communicator.h"
+#include "dist/cpu_features.h"
 #include "dist/omp_env.h"
 #include "dist/runtime.h"
 
@@ -43,6 +44,11 @@ nlohmann::json build_features() {
                   {"omp_wait_policy", wait ? std::string(wait) : std::string()},
                   {"gomp_spincount", spin ? std::string(spin) : std::string()},
                   {"openblas", dist::blas_threads()}};  // 0: LibTorch's BLAS is not OpenBLAS
+  const dist::CpuFeatures& cpu = dist::detect_cpu();
+  const dist::DtypeChoice automatic = dist::choose_dtype("auto", torch::cuda::is_available());
+  j["cpu"] = {{"vendor", cpu.vendor}, {"model", cpu.model},
+              {"avx2", cpu.avx2}, {"avx512f", cpu.avx512f}, {"avx512_bf16", cpu.avx512_bf16}, {"amx_bf16", cpu.amx_bf16},
+              {"dtype_auto", automatic.dtype}, {"dtype_auto_reason", automatic.reason}};
   return j;
 }
 

@@ -4,18 +4,23 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "dist/cpu_features.h"
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
+#include "launcher/hardware_arg.h"
 #include "model/arch_spec.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/cost_model.h"
+#include "search/costmodel/local_profile.h"
 #include "search/costmodel/profiles.h"
 #include "search/costmodel/validate.h"
 
@@ -28,13 +33,36 @@ std::string required(const po::variables_map& vm, const char* name, const char* 
   return vm[name].as<std::string>();
 }
 
+// --hardware for predict/validate: cpu-local calibrates on first use; a CPU profile of another
+// machine is used as given with a warning (validate recalibrates instead, see below).
+HardwareArg hardware_arg(const po::variables_map& vm, const std::string& value, const std::string& dir) {
+  HardwareArg h;
+  h.value = value;
+  h.configs_dir = dir;
+  h.cache_dir = vm["cache-dir"].as<std::string>();
+  h.dtype = cost_dtype(vm["dtype"].as<std::string>());
+  h.threads = vm.count("threads") ? std::max(1, vm["threads"].as<int>()) : 1;
+  h.quick = vm.count("quick-calibration") && vm["quick-calibration"].as<bool>();
+  return h;
+}
+
+search::HardwareProfile hardware_for(const po::variables_map& vm, const std::string& value, const std::string& dir,
+                                     std::ostream& warn) {
+  const ResolvedHardware r = resolve_hardware(hardware_arg(vm, value, dir));
+  if (!r.mismatch.empty())
+    warn << "warning: " << r.mismatch << ": its CPU predictions describe that machine, not this one "
+         << "(--hardware cpu-local: this machine's own profile)\n";
+  return r.profile;
+}
+
 int run_cost_predict(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   const std::string dir = vm["configs-dir"].as<std::string>();
   const model::ArchSpec spec = model::load_arch(required(vm, "arch", "cost predict"));
-  const search::HardwareProfile hw = search::load_hardware(required(vm, "hardware", "cost predict"), dir);
-  const search::EngineProfile engine = search::load_engine(vm["engine"].as<std::string>(), dir);
+  const std::string hw_arg = required(vm, "hardware", "cost predict");
   const search::Workload workload = search::load_workload(required(vm, "workload", "cost predict"), dir);
+  const search::HardwareProfile hw = hardware_for(vm, hw_arg, dir, std::cerr);
+  const search::EngineProfile engine = search::load_engine(vm["engine"].as<std::string>(), dir);
   const search::Prediction p = search::predict(spec, hw, engine, workload);
   if (vm["json"].as<bool>()) std::cout << p.to_json(vm["per-layer"].as<bool>()).dump(2) << "\n";
   else std::cout << p.table(vm["per-layer"].as<bool>());
@@ -44,16 +72,28 @@ int run_cost_predict(const po::variables_map& vm, RunContext& ctx) {
 int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   search::CalibrationOptions o;
-  const std::string out = required(vm, "out", "cost calibrate");
   o.id = vm["id"].as<std::string>();
   o.device = vm["device"].as<std::string>();
-  o.dtype = vm["dtype"].as<std::string>();
+  std::string dtype_reason;
+  o.dtype = cost_dtype(vm["dtype"].as<std::string>(), &dtype_reason);
   o.quick = vm["quick"].as<bool>();
   o.threads = vm["threads"].as<int>();
   o.memory_bytes = vm["memory-bytes"].as<double>();
   if (o.memory_bytes == 0 && o.device == "cpu")  // physical memory of this machine
     o.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  // Without --out: this machine's entry of the per-user cache, which `--hardware cpu-local` reads.
+  const std::string out = vm.count("out") ? vm["out"].as<std::string>()
+                                          : search::local_profile_path(vm["cache-dir"].as<std::string>(),
+                                                                       dist::detect_cpu(), o.dtype, o.threads);
+  if (!vm.count("out")) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(out).parent_path(), ec);
+  }
+  std::printf("calibrating in %s (%s) on %s (%s)\n", o.dtype.c_str(), dtype_reason.c_str(),
+              dist::detect_cpu().model.c_str(), dist::detect_cpu().isa().c_str());
+  const auto t0 = std::chrono::steady_clock::now();
   const search::CalibrationResult r = search::calibrate(o);
+  const double calib_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("calibrated %s: %s; timed with the %s\n", r.profile.id.c_str(), r.profile.name.c_str(), r.clock.c_str());
   std::printf("  %-10s %-28s %12s %12s %8s\n", "kind", "shape", "measured ms", "fitted ms", "error");
   for (const auto& p : r.points)
@@ -71,14 +111,29 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
     if (std::fclose(f) != 0 || !ok) throw std::runtime_error(out + ": write failed");
   }
   if (std::rename(tmp.c_str(), out.c_str()) != 0) throw std::runtime_error(out + ": rename from " + tmp + " failed");
-  std::printf("  wrote %s\n", out.c_str());
+  std::printf("  wrote %s (calibration took %.1f s)\n", out.c_str(), calib_s);
   return kExitOk;
 }
 
 int run_cost_validate(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   const std::string dir = vm["configs-dir"].as<std::string>();
-  const search::HardwareProfile hw = search::load_hardware(required(vm, "hardware", "cost validate"), dir);
+  const std::string hw_value = required(vm, "hardware", "cost validate");
+  ResolvedHardware res = resolve_hardware(hardware_arg(vm, hw_value, dir));
+  if (!res.mismatch.empty()) {
+    // Validating this machine's measurements against another machine's profile measures the
+    // difference between the machines, not the model: recalibrate here unless told not to.
+    if (vm["keep-profile"].as<bool>()) {
+      std::printf("warning: %s; validating against it anyway (--keep-profile)\n", res.mismatch.c_str());
+    } else {
+      std::printf("warning: %s; using this machine's own profile instead (--keep-profile to validate against it)\n",
+                  res.mismatch.c_str());
+      res = resolve_hardware(hardware_arg(vm, search::kLocalProfileId, dir));
+    }
+  }
+  std::printf("profile: %s (%s)\n", res.path.c_str(), res.profile.name.c_str());
+  std::fflush(stdout);
+  const search::HardwareProfile& hw = res.profile;
   const search::EngineProfile engine = search::load_engine(vm["engine"].as<std::string>(), dir);
   search::ValidationOptions o;
   o.prompt_tokens = vm["prompt-tokens"].as<int64_t>();
@@ -86,7 +141,7 @@ int run_cost_validate(const po::variables_map& vm, RunContext& ctx) {
   o.repeats = vm["repeats"].as<int>();
   o.sweeps = vm["sweeps"].as<int>();
   if (o.sweeps < 1) throw InputError("--sweeps", std::to_string(o.sweeps), "must be positive");
-  o.dtype = vm["dtype"].as<std::string>();
+  o.dtype = cost_dtype(vm["dtype"].as<std::string>());
   o.threads = vm["threads"].as<int>();
   if (o.threads < 0) throw InputError("--threads", std::to_string(o.threads), "must not be negative");
   if (o.prompt_tokens < 1) throw InputError("--prompt-tokens", std::to_string(o.prompt_tokens), "must be positive");
@@ -133,23 +188,31 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
     [](po::options_description& d) {
       d.add_options()("arch", po::value<std::string>()->value_name("FILE"), "ArchSpec JSON or Hugging Face config.json")(
           "hardware", po::value<std::string>()->value_name("ID|FILE"),
-          "b200 h100 h200 rtx5090 rtx5080 rtx5070 l40s a100, or a profile .json (e.g. from cost calibrate)")(
+          "b200 h100 h200 rtx5090 rtx5080 rtx5070 l40s a100, cpu-local (this machine, calibrated on first use), or a profile .json")(
           "engine", po::value<std::string>()->value_name("ID|FILE")->default_value("vllm"), "vllm or trtllm, or a .json")(
           "workload", po::value<std::string>()->value_name("ID|FILE"),
           "long-context-coding batched-serving in-game long-context-128k, or a .json")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(search::default_configs_dir()),
           "where ids are looked up (<dir>/hardware, engines, workloads)")(
-          "per-layer", po::bool_switch(), "add the per-layer breakdown")("json", po::bool_switch(), "print JSON");
+          "per-layer", po::bool_switch(), "add the per-layer breakdown")("json", po::bool_switch(), "print JSON")(
+          "dtype", po::value<std::string>()->default_value("auto"), "cpu-local: the dtype of the profile (auto, bf16, f32)")(
+          "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),
+          "per-user cache of this machine's calibrated profiles (cpu-local)")(
+          "quick-calibration", po::bool_switch(), "cpu-local not calibrated yet: the quick calibration (seconds)");
     },
     run_cost_predict}));
 
 AC_REGISTER_SUBCOMMAND((Subcommand{
     "cost calibrate", "time GEMMs, attention, the Mamba scan and copies here and write a fitted hardware profile",
     [](po::options_description& d) {
-      d.add_options()("out", po::value<std::string>()->value_name("FILE"), "profile to write (e.g. configs/hardware/cpu-local.json)")(
+      d.add_options()("out", po::value<std::string>()->value_name("FILE"),
+                      "profile to write (default: this machine's cpu-local entry in the cache)")(
+          "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),
+          "per-user cache of this machine's calibrated profiles")(
           "id", po::value<std::string>()->default_value("cpu-local"), "profile id")(
           "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda")(
-          "dtype", po::value<std::string>()->default_value("bfloat16"), "bfloat16, float16 or float32")(
+          "dtype", po::value<std::string>()->default_value("auto"),
+          "auto (bf16 where the CPU has native bf16, else f32), bfloat16, float16 or float32")(
           "memory-bytes", po::value<double>()->default_value(0), "device memory (0: this machine's RAM for cpu)")(
           "quick", po::bool_switch(), "fewer sizes (seconds instead of about a minute)")(
           "threads", po::value<int>()->default_value(1),
@@ -161,7 +224,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
     "cost validate", "measure prefill, decode and peak memory of 24 small architectures here vs the cost model (MAPE)",
     [](po::options_description& d) {
       d.add_options()("hardware", po::value<std::string>()->value_name("ID|FILE"),
-                      "this machine's profile, e.g. configs/hardware/cpu-local.json (from cost calibrate)")(
+                      "cpu-local (this machine's own profile, calibrated on first use) or a profile .json")(
           "engine", po::value<std::string>()->value_name("ID|FILE")->default_value("local-eager"),
           "engine the measurements correspond to (local-eager: this project's model code, one sequence)")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(search::default_configs_dir()),
@@ -174,9 +237,15 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "repeats", po::value<int>()->default_value(5), "timed prefills per architecture and sweep (one warm-up first)")(
           "sweeps", po::value<int>()->default_value(3),
           "passes over all architectures (load bursts from other jobs spread over all of them); medians over all")(
-          "dtype", po::value<std::string>()->default_value("bfloat16"), "bfloat16, float16 or float32")(
+          "dtype", po::value<std::string>()->default_value("auto"),
+          "auto (bf16 where the CPU has native bf16, else f32), bfloat16, float16 or float32")(
           "threads", po::value<int>()->default_value(1),
-          "LibTorch intra-op threads, as in the profile's calibration (1: timed by process CPU time; 0: LibTorch's default)");
+          "LibTorch intra-op threads, as in the profile's calibration (1: timed by process CPU time; 0: LibTorch's default)")(
+          "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),
+          "per-user cache of this machine's calibrated profiles (cpu-local)")(
+          "keep-profile", po::bool_switch(),
+          "validate against --hardware even when it was calibrated on another CPU or dtype (default: recalibrate here)")(
+          "quick-calibration", po::bool_switch(), "when this machine has no profile yet: the quick calibration (seconds)");
     },
     run_cost_validate}));
 

@@ -95,6 +95,14 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
                        (f["threads"]["openblas"].get<int>() > 0
                             ? ", OpenBLAS " + std::to_string(f["threads"]["openblas"].get<int>())
                             : std::string()));
+    {
+      const auto& c = f["cpu"];
+      std::string isa;
+      for (const char* k : {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})
+        isa += std::string(isa.empty() ? "" : ", ") + k + (c[k].get<bool>() ? " yes" : " no");
+      row("CPU", c["model"].get<std::string>() + " (" + c["vendor"].get<std::string>() + "): " + isa);
+      row("dtype", "auto -> " + c["dtype_auto"].get<std::string>() + " (" + c["dtype_auto_reason"].get<std::string>() + ")");
+    }
     row("World", std::to_string(rt.world_size()) + " rank(s), " + std::to_string(rt.local_size()) +
                      " on this node (local rank from " + rt.local_rank_source() + "), device " + rt.device());
     std::cout << "\nRank grid: TP " << grid.tp << " x DP " << grid.dp << " = " << grid.world

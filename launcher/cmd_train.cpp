@@ -8,6 +8,7 @@
 #include "dist/runtime.h"
 #include "distill/trainer.h"
 #include "launcher/command.h"
+#include "launcher/hardware_arg.h"
 
 namespace ac::launcher {
 namespace {
@@ -27,7 +28,8 @@ void add_common_options(po::options_description& d, bool distill) {
   o("grad-accum", po::value<int64_t>()->default_value(c.grad_accum), "micro-steps per optimizer step");
   o("seed", po::value<uint64_t>()->default_value(c.seed), "data order and initialisation seed");
   o("tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (DP = world / TP)");
-  o("dtype", po::value<std::string>()->default_value(c.dtype), "parameter dtype: bf16 | f32 (fp32 master weights)");
+  o("dtype", po::value<std::string>()->default_value(c.dtype), "parameter dtype: auto | bf16 | f32 (fp32 master weights; auto: bf16 on CUDA and on CPUs with "
+    "AVX512_BF16/AMX, else f32)");
   o("steps", po::value<int64_t>()->default_value(c.steps), "optimizer steps in total");
   o("lr", po::value<double>()->default_value(c.lr), "peak learning rate");
   o("min-lr", po::value<double>()->default_value(c.min_lr), "learning rate at the end of the cosine decay");
@@ -44,7 +46,9 @@ void add_common_options(po::options_description& d, bool distill) {
   o("save-interval", po::value<int64_t>()->default_value(c.save_interval),
     "steps between checkpoints (0: only at the end and on SIGUSR1/SIGTERM)");
   o("keep-last", po::value<int>()->default_value(c.keep_last), "checkpoints kept (0: all)");
-  o("hardware", po::value<std::string>(), "hardware profile (id such as cpu-local, or a JSON path) to report MFU");
+  o("hardware", po::value<std::string>(),
+    "hardware profile to report MFU against: an id (cpu-local = this machine's own calibrated profile, "
+    "if `cost calibrate`/`cost validate` made one) or a JSON path");
   o(distill ? "student-init" : "init", po::value<std::string>(),
     "checkpoint the model starts from (default: random init)");
   if (distill) {
@@ -93,7 +97,24 @@ int run(const po::variables_map& vm, RunContext& ctx, bool distill) {
   take(vm, "eval-iters", c.eval_iters);
   take(vm, "save-interval", c.save_interval);
   take(vm, "keep-last", c.keep_last);
-  take(vm, "hardware", c.hardware);
+  if (vm.count("hardware")) {
+    // The launcher resolves the profile; the trainer only gets the peak (DESIGN.md layering).
+    HardwareArg h;
+    h.value = vm["hardware"].as<std::string>();
+    h.configs_dir = search::default_configs_dir();
+    h.cache_dir = default_cache_dir();
+    h.dtype = cost_dtype(c.dtype);
+    h.calibrate = false;  // a training run does not stop to calibrate; cost validate does that
+    const ResolvedHardware r = resolve_hardware(h);
+    if (!r.found) {
+      c.peak_note = "not reported: no profile of this CPU in " + r.path + " yet (`autocompress cost validate "
+                    "--hardware cpu-local` calibrates one)";
+    } else {
+      c.peak_flops = r.profile.peak_flops;
+      c.peak_threads = r.profile.threads;
+      if (!r.mismatch.empty()) c.peak_note = "against " + r.path + ", which does not describe this machine: " + r.mismatch;
+    }
+  }
   if (distill) {
     take(vm, "teacher", c.teacher);
     take(vm, "kd-weight", c.kd_weight);

@@ -13,6 +13,7 @@
 
 #include "dist/error.h"
 #include "dist/communicator.h"
+#include "dist/cpu_features.h"
 #include "dist/omp_env.h"
 #include "model/layers/attention.h"
 #include "model/layers/mamba2.h"
@@ -400,7 +401,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     add_point(r.points, kind, shape, flops, bytes, s);
   };
   // GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound).
-  const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
+  const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 16, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048};
   // As a model runs them (weight_pool / time_linear: cold `x W^T`).
   const double pool_bytes = o.quick ? kQuickGemmPoolBytes : kGemmPoolBytes;
@@ -562,7 +563,11 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
                                 ", " + std::to_string(torch::get_num_threads()) + " threads)"
                           : o.name;
   h.source = "autocompress cost calibrate";
-  if (o.device != "cuda") h.threads = torch::get_num_threads();
+  if (o.device != "cuda") {
+    h.threads = torch::get_num_threads();
+    const dist::CpuFeatures& cpu = dist::detect_cpu();
+    h.calibrated_on = {cpu.model, cpu.isa(), o.dtype};
+  }
   h.memory_bytes = o.memory_bytes;
   h.usable_fraction = o.usable_fraction;
   h.kernel_overhead_s = overhead;

@@ -211,6 +211,17 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     if (!(ic.inter_node_bandwidth > 0)) f.fail("interconnect.inter_node_bandwidth", "missing");
     if (ic.efficiency > 1) f.fail("interconnect.efficiency", "must be in (0, 1]");
   }
+  if (f.has("calibrated_on")) {
+    const json& x = j.at("calibrated_on");
+    if (!x.is_object()) f.fail("calibrated_on", "expected an object with cpu_model, isa, dtype");
+    for (const auto& [k, v] : x.items()) {
+      if (!v.is_string()) f.fail("calibrated_on." + k, "expected a string");
+      if (k == "cpu_model") h.calibrated_on.cpu_model = v.get<std::string>();
+      else if (k == "isa") h.calibrated_on.isa = v.get<std::string>();
+      else if (k == "dtype") h.calibrated_on.dtype = v.get<std::string>();
+      else f.fail("calibrated_on." + k, "unknown field");
+    }
+  }
   f.has("comment");
   if (f.has("measurements") && j.at("measurements").is_object() && j.at("measurements").contains("points") &&
       j.at("measurements").at("points").is_array())
@@ -246,6 +257,8 @@ json hardware_to_json(const HardwareProfile& h) {
     if (ic.gpus_per_node > 0) j["interconnect"]["gpus_per_node"] = ic.gpus_per_node;
     if (!ic.source.empty()) j["interconnect"]["source"] = ic.source;
   }
+  if (!h.calibrated_on.empty())
+    j["calibrated_on"] = {{"cpu_model", h.calibrated_on.cpu_model}, {"isa", h.calibrated_on.isa}, {"dtype", h.calibrated_on.dtype}};
   if (h.mamba.measured)
     j["mamba"] = {{"per_flop_s", h.mamba.per_flop},
                   {"per_quad_s", h.mamba.per_quad},

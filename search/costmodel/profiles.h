@@ -81,6 +81,13 @@ struct HardwareProfile {
     std::string source;
     bool present() const { return intra_node_bandwidth > 0 && inter_node_bandwidth > 0; }
   } interconnect;
+  // The machine `cost calibrate` measured (CPU model, ISA features as dist::CpuFeatures::isa(),
+  // dtype): a profile belongs to the CPU that measured it. Empty in the literature GPU
+  // profiles and in CPU profiles written before it was recorded (`calibrated_on` in JSON).
+  struct CalibratedOn {
+    std::string cpu_model, isa, dtype;
+    bool empty() const { return cpu_model.empty() && isa.empty() && dtype.empty(); }
+  } calibrated_on;
 };
 
 // How a serving engine sizes memory and batches work.

@@ -10,6 +10,11 @@ expect_out "MPI  "
 expect_out "HDF5"
 expect_out "NCCL"
 expect_out "Rank grid: TP 1 x DP 1 = 1 ranks"
+# The CPU, its bf16-relevant ISA and the dtype `auto` picks, consistent with /proc/cpuinfo.
+expect_out "CPU  "
+expect_out "avx512_bf16 \(yes\|no\)"
+if grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo; then want=bf16; else want=f32; fi
+expect_out "dtype *auto -> $want "
 
 # Planning a grid without mpirun.
 expect_rc 0 "$AC_BIN" env --tp 2 --dp 2
@@ -57,8 +62,13 @@ assert m["config"]["dp"] == {"value": 1, "source": "cli"}, m["config"]["dp"]
 assert m["config"]["heads"]["source"] == "default"
 assert m["config"]["config"]["source"] == "cli"
 assert m["layout"]["tp"] == 4 and m["layout"]["dp"] == 1
-for k in ("libtorch", "mpi", "hdf5", "nccl", "cuda", "threads", "autocompress"):
+for k in ("libtorch", "mpi", "hdf5", "nccl", "cuda", "threads", "autocompress", "cpu"):
     assert k in m["build"], k
+# The CPU and the dtype `auto` picks on it, as the kernel lists the CPU's features.
+flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":", 1)[1].split()
+native = "avx512_bf16" in flags or "amx_bf16" in flags
+assert m["build"]["cpu"]["avx512_bf16"] == ("avx512_bf16" in flags), m["build"]["cpu"]
+assert m["build"]["cpu"]["dtype_auto"] == ("bf16" if native else "f32"), m["build"]["cpu"]
 m1 = json.load(open(f"{t}/run1/manifest.json"))
 assert m1["config"]["tp"] == {"value": 2, "source": "config"}, m1["config"]["tp"]
 assert m1["config"]["dp"] == {"value": 2, "source": "config"}, m1["config"]["dp"]

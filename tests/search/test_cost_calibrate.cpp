@@ -5,25 +5,36 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
 #include "search/costmodel/calibrate.h"
+#include "search/costmodel/local_profile.h"
 #include "search/costmodel/profiles.h"
+#include "dist/cpu_features.h"
 #include "dist/communicator.h"
 #include "model/layers/mamba2.h"
 
 using namespace ac::search;
 
 TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
+  // In the dtype `--dtype auto` picks here: bf16 GEMMs are emulated (~80x slower than fp32)
+  // on CPUs without AVX512_BF16/AMX, which made this test take minutes there.
+  const bool bf16 = ac::dist::choose_dtype("auto").dtype == "bf16";
+  const auto dt = bf16 ? torch::kBFloat16 : torch::kFloat32;
+  const double eb = bf16 ? 2.0 : 4.0;
   CalibrationOptions o;
+  o.dtype = bf16 ? "bfloat16" : "float32";
   o.quick = true;
   o.min_seconds = 0.02;
   o.memory_bytes = 8e9;
   const CalibrationResult r = calibrate(o);
   const HardwareProfile& h = r.profile;
   EXPECT_EQ(h.id, "cpu-local");
-  EXPECT_GT(h.peak_flops, 1e9);           // any CPU does more than 1 GFLOP/s in bf16 GEMMs
+  EXPECT_GT(h.peak_flops, 1e9);           // any CPU does more than 1 GFLOP/s in GEMMs of its auto dtype
   EXPECT_LT(h.peak_flops, 1e14);
   EXPECT_GT(h.memory_bandwidth, 1e8);
   EXPECT_LT(h.memory_bandwidth, 1e13);
@@ -34,6 +45,34 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   // The JSON it writes is a loadable profile.
   const HardwareProfile back = hardware_from_json(r.to_json(), "cpu-local.json");
   EXPECT_DOUBLE_EQ(back.peak_flops, h.peak_flops);
+  // It records the machine it measured, which matches this machine and not another one.
+  const auto& cpu = ac::dist::detect_cpu();
+  EXPECT_EQ(back.calibrated_on.cpu_model, cpu.model);
+  EXPECT_EQ(back.calibrated_on.isa, cpu.isa());
+  EXPECT_EQ(back.calibrated_on.dtype, o.dtype);
+  EXPECT_EQ(machine_mismatch(back, cpu, o.dtype), "");
+  EXPECT_NE(machine_mismatch(back, cpu, bf16 ? "float32" : "bfloat16").find("calibrated in " + o.dtype), std::string::npos);
+  ac::dist::CpuFeatures other = cpu;
+  other.model = "Other CPU 9000";
+  EXPECT_NE(machine_mismatch(back, other, o.dtype).find("this machine is Other CPU 9000"), std::string::npos);
+  other = cpu;
+  other.avx512_bf16 = !other.avx512_bf16;  // same name, another ISA (a VM that hides features)
+  EXPECT_NE(machine_mismatch(back, other, o.dtype), "");
+  // The per-user cache: the profile stored under this machine's key is used as it is (no second
+  // calibration), and the key differs by dtype and CPU.
+  const std::string cache = ::testing::TempDir() + "/ac_profile_cache_" + std::to_string(::getpid());
+  const std::string path = local_profile_path(cache, cpu, o.dtype, o.threads);
+  EXPECT_NE(path, local_profile_path(cache, cpu, bf16 ? "float32" : "bfloat16", o.threads));
+  EXPECT_NE(path, local_profile_path(cache, other, o.dtype, o.threads));
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << r.to_json().dump();
+  bool called = false;
+  const LocalProfile lp = local_profile(cache, o, [&](const std::string&) { called = true; });
+  EXPECT_FALSE(called);
+  EXPECT_FALSE(lp.calibrated);
+  EXPECT_EQ(lp.path, path);
+  EXPECT_DOUBLE_EQ(lp.profile.peak_flops, h.peak_flops);
+  std::filesystem::remove_all(cache);
   // A GEMM shape outside the fitted set is predicted within a factor of 5 (the CI machine is
   // 2 cores shared by several builds: this catches unit and fitting errors, not noise). Timed
   // by the calibration's own clock (process CPU time at one thread): a test running beside
@@ -53,10 +92,10 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
     EXPECT_LT(pred / meas, factor) << pred << " vs " << meas;
   };
   torch::NoGradGuard ng;
-  auto a = torch::randn({256, 1536}, torch::kBFloat16), b = torch::randn({1536, 1536}, torch::kBFloat16);
+  auto a = torch::randn({256, 1536}, dt), b = torch::randn({1536, 1536}, dt);
   (void)torch::matmul(a, b);
   const double s = fastest(7, [&] { (void)torch::matmul(a, b); });
-  const double pred = roofline_seconds(h, "gemm", 2.0 * 256 * 1536 * 1536, 2.0 * (2 * 256 * 1536 + 1536 * 1536));
+  const double pred = roofline_seconds(h, "gemm", 2.0 * 256 * 1536 * 1536, eb * (2 * 256 * 1536 + 1536 * 1536));
   expect_within(pred, s, 5.0);
   // The Mamba mixer cost is measured on the model's own mixer, written and read back, and
   // predicts a mixer size it was not fitted on (prefill of 256 tokens, projections on the
@@ -68,16 +107,16 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   ac::model::MambaSpec ms;
   ms.num_heads = 8, ms.head_dim = 48, ms.state_size = 32, ms.n_groups = 2, ms.chunk_size = 64;
   const int64_t hid = 320, T = 256, di = 8 * 48, proj = 2 * di + 2 * 2 * 32 + 8;
-  ac::model::Mamba2 mixer(ms, hid, 1e-5, ac::model::TpGroup{ac::dist::make_self_communicator()}, torch::kBFloat16, "t");
-  auto x = torch::randn({1, T, hid}, torch::kBFloat16);
+  ac::model::Mamba2 mixer(ms, hid, 1e-5, ac::model::TpGroup{ac::dist::make_self_communicator()}, dt, "t");
+  auto x = torch::randn({1, T, hid}, dt);
   const double ms_meas = fastest(5, [&] {
     ac::model::MambaCache c;
     (void)mixer->forward(x, &c);
   });
   const double ms_pred =
       mamba_mixer_seconds(h, false, mamba_prefill_features(1, T, 8, 48, 32, 64)) +
-      roofline_seconds(h, "gemm", 2.0 * T * hid * proj, 2.0 * (T * hid + hid * proj + T * proj), T) +
-      roofline_seconds(h, "gemm", 2.0 * T * di * hid, 2.0 * (T * di + di * hid + T * hid), T);
+      roofline_seconds(h, "gemm", 2.0 * T * hid * proj, eb * (T * hid + hid * proj + T * proj), T) +
+      roofline_seconds(h, "gemm", 2.0 * T * di * hid, eb * (T * di + di * hid + T * hid), T);
   expect_within(ms_pred, ms_meas, 4.0);
   // The decode step is measured too (one-row GEMM line and per-sublayer rests), written and
   // read back, and the line predicts a one-row GEMM shape it was not fitted on within 4x.
@@ -86,9 +125,9 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_DOUBLE_EQ(back.decode.gemv_per_byte, h.decode.gemv_per_byte);
   EXPECT_DOUBLE_EQ(back.decode.attn_fixed, h.decode.attn_fixed);
   EXPECT_TRUE(std::any_of(r.points.begin(), r.points.end(), [](const CalibrationPoint& p) { return p.kind == "attention_decode"; }));
-  auto v = torch::randn({1, 1, 1024}, torch::kBFloat16), W = torch::randn({640, 1024}, torch::kBFloat16);
+  auto v = torch::randn({1, 1, 1024}, dt), W = torch::randn({640, 1024}, dt);
   const double gv = fastest(9, [&] { (void)torch::nn::functional::linear(v, W); });
-  const double gv_pred = decode_step_seconds(h, "gemv", {1.0, 2.0 * (640 * 1024 + 640 + 1024), 640.0}, {}, 2.0);
+  const double gv_pred = decode_step_seconds(h, "gemv", {1.0, eb * (640 * 1024 + 640 + 1024), 640.0}, {}, eb);
   expect_within(gv_pred, gv, 4.0);
 }
 

@@ -1,0 +1,72 @@
+// `--hardware` resolution with the local CPU profile cache (hardware_arg.h).
+#include "launcher/hardware_arg.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+#include "dist/cpu_features.h"
+#include "dist/error.h"
+#include "search/costmodel/local_profile.h"
+
+namespace ac::launcher {
+
+std::string default_cache_dir() {
+  if (const char* d = std::getenv("AC_CACHE_DIR"); d && *d) return d;
+  if (const char* d = std::getenv("XDG_CACHE_HOME"); d && *d) return std::string(d) + "/autocompress";
+  if (const char* d = std::getenv("HOME"); d && *d) return std::string(d) + "/.cache/autocompress";
+  return ".autocompress-cache";
+}
+
+std::string cost_dtype(const std::string& requested, std::string* reason) {
+  if (requested == "f16" || requested == "float16") {
+    if (reason) *reason = "float16 as requested";
+    return "float16";
+  }
+  const dist::DtypeChoice c = dist::choose_dtype(requested);
+  if (reason) *reason = c.reason;
+  return c.dtype == "bf16" ? "bfloat16" : "float32";
+}
+
+ResolvedHardware resolve_hardware(const HardwareArg& arg) {
+  ResolvedHardware r;
+  const dist::CpuFeatures& cpu = dist::detect_cpu();
+  if (arg.value == search::kLocalProfileId) {
+    search::CalibrationOptions o;
+    o.dtype = arg.dtype;
+    o.threads = arg.threads;
+    o.quick = arg.quick;
+    o.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    const std::string path = search::local_profile_path(arg.cache_dir, cpu, o.dtype, o.threads);
+    if (!arg.calibrate) {
+      ResolvedHardware none;
+      none.path = path;
+      try {
+        none.profile = search::load_hardware(path, "");
+      } catch (const InputError&) {
+        return none;  // absent or unreadable: the caller goes on without a profile
+      }
+      none.found = search::machine_mismatch(none.profile, cpu, o.dtype).empty();
+      return none;
+    }
+    const search::LocalProfile lp = search::local_profile(arg.cache_dir, o, [&](const std::string& p) {
+      std::printf("cpu-local: no profile of this CPU (%s, %s, %s, %d thread%s) in the cache yet: calibrating %s "
+                  "(%s) into %s\n",
+                  cpu.model.c_str(), cpu.isa().c_str(), o.dtype.c_str(), o.threads, o.threads == 1 ? "" : "s",
+                  o.quick ? "quickly" : "once", o.quick ? "about 10-20 s" : "about 1-2 minutes", p.c_str());
+      std::fflush(stdout);
+    });
+    if (lp.calibrated) std::printf("cpu-local: calibrated in %.1f s\n", lp.seconds);
+    r.found = true;
+    r.profile = lp.profile;
+    r.path = lp.path;
+    return r;
+  }
+  r.path = arg.value;
+  r.profile = search::load_hardware(arg.value, arg.configs_dir);
+  r.found = true;
+  r.mismatch = search::machine_mismatch(r.profile, cpu, arg.dtype);
+  return r;
+}
+
+}  // namespace ac::launcher

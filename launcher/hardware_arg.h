@@ -1,0 +1,40 @@
+// `--hardware ID|FILE` as the launcher resolves it: the id `cpu-local` is this machine's own
+// calibrated CPU profile from the per-user cache (calibrated on first use where the command
+// allows it); any other id or file is read as it is, with a warning when it is a CPU profile
+// measured on another machine.
+#pragma once
+
+#include <string>
+
+#include "search/costmodel/profiles.h"
+
+namespace ac::launcher {
+
+// $AC_CACHE_DIR, else $XDG_CACHE_HOME/autocompress, else $HOME/.cache/autocompress.
+std::string default_cache_dir();
+
+struct HardwareArg {
+  std::string value;         // as given
+  std::string configs_dir;   // where ids are looked up
+  std::string cache_dir;     // the per-user cache of local profiles
+  std::string dtype;         // "bfloat16" | "float32": the dtype this run computes in
+  int threads = 1;           // intra-op threads the profile should have been measured with
+  bool calibrate = true;     // cpu-local: calibrate on first use (else: only a cached profile)
+  bool quick = false;        // ... with the quick calibration
+};
+
+struct ResolvedHardware {
+  bool found = false;          // false: cpu-local with calibrate = false and nothing cached
+  search::HardwareProfile profile;
+  std::string path;            // the file it came from
+  std::string mismatch;        // why the profile does not describe this machine ("" when it does)
+};
+
+// Prints one line on stdout when it calibrates (why, where, how long it takes).
+ResolvedHardware resolve_hardware(const HardwareArg& arg);
+
+// "bf16"/"bfloat16" -> "bfloat16", "f32"/"float32" -> "float32", "f16" -> "float16",
+// "auto" -> the dist::choose_dtype pick; the reason goes to `reason` when given.
+std::string cost_dtype(const std::string& requested, std::string* reason = nullptr);
+
+}  // namespace ac::launcher
