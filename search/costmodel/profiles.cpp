@@ -188,6 +188,29 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     if (!(c.gemv_fixed + c.gemv_per_byte + c.gemv_per_out > 0)) f.fail("decode_step.gemv_fixed_s", "the GEMM terms are all 0");
     c.measured = true;
   }
+  if (f.has("interconnect")) {  // optional, for training plans (search/plan.h)
+    const json& x = j.at("interconnect");
+    if (!x.is_object()) f.fail("interconnect", "expected an object with intra_node_bandwidth, inter_node_bandwidth");
+    auto& ic = h.interconnect;
+    for (const auto& [k, v] : x.items()) {
+      const std::string name = "interconnect." + k;
+      if (k == "source" || k == "comment") {
+        if (!v.is_string()) f.fail(name, "expected a string");
+        if (k == "source") ic.source = v.get<std::string>();
+        continue;
+      }
+      if (!v.is_number() || !(v.get<double>() > 0)) f.fail(name, "must be a positive number");
+      if (k == "intra_node_bandwidth") ic.intra_node_bandwidth = v.get<double>();
+      else if (k == "inter_node_bandwidth") ic.inter_node_bandwidth = v.get<double>();
+      else if (k == "efficiency") ic.efficiency = v.get<double>();
+      else if (k == "gpus_per_node" && v.is_number_integer()) ic.gpus_per_node = v.get<int>();
+      else if (k == "gpus_per_node") f.fail(name, "expected an integer");
+      else f.fail(name, "unknown field");
+    }
+    if (!(ic.intra_node_bandwidth > 0)) f.fail("interconnect.intra_node_bandwidth", "missing");
+    if (!(ic.inter_node_bandwidth > 0)) f.fail("interconnect.inter_node_bandwidth", "missing");
+    if (ic.efficiency > 1) f.fail("interconnect.efficiency", "must be in (0, 1]");
+  }
   if (f.has("calibrated_on")) {
     const json& x = j.at("calibrated_on");
     if (!x.is_object()) f.fail("calibrated_on", "expected an object with cpu_model, isa, dtype");
@@ -226,6 +249,14 @@ json hardware_to_json(const HardwareProfile& h) {
           {"gemm_rows_half", h.gemm_rows_half},
           {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}, {"elementwise", c(h.elementwise)}}}};
   if (h.threads > 0) j["threads"] = h.threads;
+  if (h.interconnect.present()) {
+    const auto& ic = h.interconnect;
+    j["interconnect"] = {{"intra_node_bandwidth", ic.intra_node_bandwidth},
+                         {"inter_node_bandwidth", ic.inter_node_bandwidth},
+                         {"efficiency", ic.efficiency}};
+    if (ic.gpus_per_node > 0) j["interconnect"]["gpus_per_node"] = ic.gpus_per_node;
+    if (!ic.source.empty()) j["interconnect"]["source"] = ic.source;
+  }
   if (!h.calibrated_on.empty())
     j["calibrated_on"] = {{"cpu_model", h.calibrated_on.cpu_model}, {"isa", h.calibrated_on.isa}, {"dtype", h.calibrated_on.dtype}};
   if (h.mamba.measured)

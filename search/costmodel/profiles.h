@@ -69,6 +69,18 @@ struct HardwareProfile {
   // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):
   // `cost validate` re-times a few of them to say how fast this machine runs now.
   std::map<std::string, double> calibration_seconds;
+  // Optional `interconnect` block (training plans, search/plan.h): per-GPU bandwidth in one
+  // direction within a node (NVLink) and across nodes (the GPU's NIC), the achieved fraction of
+  // it for large NCCL collectives, and GPUs per node of the reference system. Absent (0) on
+  // profiles without one: `plan` then gives memory but no communication times.
+  struct Interconnect {
+    double intra_node_bandwidth = 0;  // bytes/s per GPU per direction
+    double inter_node_bandwidth = 0;  // bytes/s per GPU per direction
+    double efficiency = 0.8;          // achieved fraction for large collectives
+    int gpus_per_node = 0;            // 0: not stated
+    std::string source;
+    bool present() const { return intra_node_bandwidth > 0 && inter_node_bandwidth > 0; }
+  } interconnect;
   // The machine `cost calibrate` measured (CPU model, ISA features as dist::CpuFeatures::isa(),
   // dtype): a profile belongs to the CPU that measured it. Empty in the literature GPU
   // profiles and in CPU profiles written before it was recorded (`calibrated_on` in JSON).
