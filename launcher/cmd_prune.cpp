@@ -12,6 +12,8 @@
 #include "dist/runtime.h"
 #include "launcher/command.h"
 #include "model/arch_spec.h"
+#include "launcher/hardware_arg.h"
+#include "search/costmodel/local_profile.h"
 #include "search/importance.h"
 #include "search/minitron.h"
 #include "search/prune.h"
@@ -70,6 +72,15 @@ int run_minitron(const po::variables_map& vm, RunContext& ctx) {
   take("engine", o.engine);
   take("workload", o.workload);
   take("configs-dir", o.configs_dir);
+  if (o.hardware == search::kLocalProfileId) {
+    // This machine's own profile (calibrated on first use), as `cost predict` resolves it.
+    HardwareArg h;
+    h.value = o.hardware;
+    h.configs_dir = o.configs_dir;
+    h.cache_dir = default_cache_dir();
+    h.dtype = cost_dtype("auto");
+    o.hardware = resolve_hardware(h).path;
+  }
   take("data", o.data);
   take("split", o.split);
   take("score-samples", o.score_samples);
