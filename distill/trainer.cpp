@@ -26,6 +26,7 @@
 #include "data/sampler.h"
 #include "data/token_source.h"
 #include "dist/error.h"
+#include "dist/progress.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
 #include "dist/zero_optimizer.h"
@@ -70,15 +71,7 @@ class SignalGuard {
   struct sigaction old_usr1_ {}, old_term_ {};
 };
 
-std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  std::ostringstream o;
-  if (t >= 3600) o << t / 3600 << "h" << std::setw(2) << std::setfill('0') << (t % 3600) / 60 << "m";
-  else if (t >= 60) o << t / 60 << "m" << std::setw(2) << std::setfill('0') << t % 60 << "s";
-  else o << t << "s";
-  return o.str();
-}
+using dist::format_duration;
 
 std::string si(double v) {
   std::ostringstream o;

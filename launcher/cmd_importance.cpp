@@ -15,6 +15,7 @@
 #include "checkpoint/convert.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
+#include "dist/progress.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
 #include "model/arch_spec.h"
@@ -56,15 +57,7 @@ search::ImportanceOptions read_options(const po::variables_map& vm) {
   return c;
 }
 
-std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  std::ostringstream o;
-  if (t >= 3600) o << t / 3600 << "h" << std::setw(2) << std::setfill('0') << (t % 3600) / 60 << "m";
-  else if (t >= 60) o << t / 60 << "m" << std::setw(2) << std::setfill('0') << t % 60 << "s";
-  else o << t << "s";
-  return o.str();
-}
+using dist::format_duration;
 
 int run_importance(const po::variables_map& vm, RunContext& ctx) {
   search::ImportanceOptions c = read_options(vm);

@@ -50,13 +50,13 @@ ResolvedHardware resolve_hardware(const HardwareArg& arg) {
       return none;
     }
     const search::LocalProfile lp = search::local_profile(arg.cache_dir, o, [&](const std::string& p) {
-      std::printf("cpu-local: no profile of this CPU (%s, %s, %s, %d thread%s) in the cache yet: calibrating %s "
+      std::fprintf(stderr, "cpu-local: no profile of this CPU (%s, %s, %s, %d thread%s) in the cache yet: calibrating %s "
                   "(%s) into %s\n",
                   cpu.model.c_str(), cpu.isa().c_str(), o.dtype.c_str(), o.threads, o.threads == 1 ? "" : "s",
                   o.quick ? "quickly" : "once", o.quick ? "about 10-20 s" : "about 1-2 minutes", p.c_str());
-      std::fflush(stdout);
+      std::fflush(stderr);
     });
-    if (lp.calibrated) std::printf("cpu-local: calibrated in %.1f s\n", lp.seconds);
+    if (lp.calibrated) std::fprintf(stderr, "cpu-local: calibrated in %.1f s\n", lp.seconds);
     r.found = true;
     r.profile = lp.profile;
     r.path = lp.path;

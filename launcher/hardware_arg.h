@@ -30,7 +30,7 @@ struct ResolvedHardware {
   std::string mismatch;        // why the profile does not describe this machine ("" when it does)
 };
 
-// Prints one line on stdout when it calibrates (why, where, how long it takes).
+// Prints one line on stderr (stdout may be JSON) when it calibrates (why, where, how long it takes).
 ResolvedHardware resolve_hardware(const HardwareArg& arg);
 
 // "bf16"/"bfloat16" -> "bfloat16", "f32"/"float32" -> "float32", "f16" -> "float16",

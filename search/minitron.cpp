@@ -1,5 +1,6 @@
 // The Minitron baseline (see minitron.h): grid, constraint filter, scoring without
 // retraining, the chosen student and the candidate table.
+#include "dist/progress.h"
 #include "search/minitron.h"
 
 #include <torch/torch.h>
@@ -150,13 +151,6 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
-std::string duration_text(double s) {
-  std::ostringstream os;
-  if (s >= 3600) os << int(s / 3600) << "h" << std::setw(2) << std::setfill('0') << int(std::fmod(s, 3600) / 60) << "m";
-  else if (s >= 60) os << int(s / 60) << "m" << std::setw(2) << std::setfill('0') << int(std::fmod(s, 60)) << "s";
-  else os << std::fixed << std::setprecision(1) << s << "s";
-  return os.str();
-}
 
 }  // namespace
 
@@ -473,8 +467,8 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
       const double rate = double(k + 1) / el;
       std::cout << "[minitron] " << k + 1 << "/" << n << " " << dims_text(g.axes, cand.dims) << " params "
                 << count_text(cand.params) << ": loss " << std::fixed << std::setprecision(4) << cand.score
-                << std::defaultfloat << " (" << duration_text(el) << ", " << fmt(rate, 3) << " candidates/s, ETA "
-                << duration_text(double(n - k - 1) / rate) << ")" << std::endl;
+                << std::defaultfloat << " (" << dist::format_duration(el) << ", " << fmt(rate, 3) << " candidates/s, ETA "
+                << dist::format_duration(double(n - k - 1) / rate) << ")" << std::endl;
     }
   }
   for (int k = 0; k < n; ++k)
