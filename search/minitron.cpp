@@ -490,6 +490,8 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
               << ") -> " << o.out << "/arch.json, " << res.student_path << ", "
               << o.out << "/candidates.csv" << std::endl;
   }
+  // The outputs exist on every rank's return (callers read arch.json right after).
+  MPI_Barrier(world);
   return res;
 }
 

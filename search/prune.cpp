@@ -3,6 +3,9 @@
 // checkpoint.
 #include "search/prune.h"
 
+#include "model/layers/init.h"
+
+#include <optional>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -591,7 +594,11 @@ PruneResult prune_checkpoint(MPI_Comm world, const std::string& teacher_checkpoi
   res.tp = layout.tp_size();
   res.dp = layout.dp_size();
   const auto tb = clock::now();
+  // Every parameter is loaded from the teacher below (or, on DP replicas, never read), so the
+  // constructor's random fill would be wasted work: it was most of a prune's time.
+  std::optional<model::SkipInitGuard> no_init(std::in_place);
   model::CausalLM m(student, model::TpGroup{dist::make_mpi_communicator(layout.tp_mpi_comm())}, model::ModelOptions{dtype});
+  no_init.reset();
   const auto t1 = clock::now();
   if (layout.dp_rank() == 0) load_pruned(*m, reader, plan);  // DP replicas write nothing: they read nothing
   const auto t2 = clock::now();

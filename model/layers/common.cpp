@@ -1,6 +1,8 @@
 // Shared layer helpers: shard descriptions and column/row-parallel linear maps.
 #include "model/layers/common.h"
 
+#include "model/layers/init.h"
+
 #include "dist/tensor_parallel.h"
 
 #include <torch/version.h>
@@ -42,10 +44,18 @@ torch::Tensor row_parallel(const torch::Tensor& x, const torch::Tensor& w, const
   return y;
 }
 
+namespace {
+thread_local bool skip_init_weights = false;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() : previous_(skip_init_weights) { skip_init_weights = true; }
+SkipInitGuard::~SkipInitGuard() { skip_init_weights = previous_; }
+torch::Tensor init_normal(torch::Tensor t) { return skip_init_weights ? t : t.normal_(0.0, 0.02); }
+
 WeightsImpl::WeightsImpl(std::vector<int64_t> weight_shape, std::vector<int64_t> bias_shape,
                          torch::Dtype dtype) {
   auto opt = torch::TensorOptions().dtype(dtype);
-  weight = register_parameter("weight", torch::empty(weight_shape, opt).normal_(0.0, 0.02));
+  weight = register_parameter("weight", init_normal(torch::empty(weight_shape, opt)));
   if (!bias_shape.empty()) bias = register_parameter("bias", torch::zeros(bias_shape, opt));
 }
 

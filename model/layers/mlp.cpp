@@ -1,4 +1,5 @@
 // Dense MLP and mixture of experts.
+#include "model/layers/init.h"
 #include "model/layers/mlp.h"
 
 #include "dist/error.h"
@@ -59,7 +60,7 @@ void MlpImpl::shard_map(const std::string& p, std::vector<ParamShard>& out) cons
 }
 
 RouterImpl::RouterImpl(int64_t experts, int64_t hidden, bool with_bias) {
-  weight = register_parameter("weight", torch::empty({experts, hidden}, torch::kFloat32).normal_(0.0, 0.02));
+  weight = register_parameter("weight", init_normal(torch::empty({experts, hidden}, torch::kFloat32)));
   if (with_bias)
     e_score_correction_bias =
         register_parameter("e_score_correction_bias", torch::zeros({experts}, torch::kFloat32),
@@ -68,10 +69,10 @@ RouterImpl::RouterImpl(int64_t experts, int64_t hidden, bool with_bias) {
 
 ExpertsImpl::ExpertsImpl(int64_t n, int64_t in, int64_t ffn, MlpActivation act, torch::Dtype dtype) {
   auto o = torch::TensorOptions().dtype(dtype);
-  up_proj = register_parameter("up_proj", torch::empty({n, ffn, in}, o).normal_(0.0, 0.02));
-  down_proj = register_parameter("down_proj", torch::empty({n, in, ffn}, o).normal_(0.0, 0.02));
+  up_proj = register_parameter("up_proj", init_normal(torch::empty({n, ffn, in}, o)));
+  down_proj = register_parameter("down_proj", init_normal(torch::empty({n, in, ffn}, o)));
   if (act == MlpActivation::SwiGLU)
-    gate_proj = register_parameter("gate_proj", torch::empty({n, ffn, in}, o).normal_(0.0, 0.02));
+    gate_proj = register_parameter("gate_proj", init_normal(torch::empty({n, ffn, in}, o)));
 }
 
 std::string MoeImpl::split_problem(const MoeSpec& s, int tp) {
