@@ -149,11 +149,28 @@ void write_string_attr(hid_t obj, const std::string& name, const std::string& va
   check(H5Awrite(attr, type, value.empty() ? "" : value.data()), "attribute " + name);
 }
 
-void write_int_attr(hid_t obj, const std::string& name, int64_t value) {
+namespace {
+// One scalar attribute of a fixed-size type: stored as `file_type`, passed as `mem_type`.
+void write_scalar_attr(hid_t obj, const std::string& name, hid_t file_type, hid_t mem_type, const void* value) {
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  Handle attr(check(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name),
+  Handle attr(check(H5Acreate2(obj, name.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name),
               H5Aclose);
-  check(H5Awrite(attr, H5T_NATIVE_INT64, &value), "attribute " + name);
+  check(H5Awrite(attr, mem_type, value), "attribute " + name);
+}
+void read_scalar_attr(hid_t obj, const std::string& name, const std::string& context, hid_t mem_type, void* value) {
+  Handle attr(check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context + ": attribute " + name), H5Aclose);
+  check(H5Aread(attr, mem_type, value), context + ": attribute " + name);
+}
+}  // namespace
+
+void write_int_attr(hid_t obj, const std::string& name, int64_t value) {
+  write_scalar_attr(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+void write_double_attr(hid_t obj, const std::string& name, double value) {
+  write_scalar_attr(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+void write_u64_attr(hid_t obj, const std::string& name, uint64_t value) {
+  write_scalar_attr(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &value);
 }
 
 bool has_attr(hid_t obj, const std::string& name) { return H5Aexists(obj, name.c_str()) > 0; }
@@ -179,9 +196,18 @@ std::string read_string_attr(hid_t obj, const std::string& name, const std::stri
 }
 
 int64_t read_int_attr(hid_t obj, const std::string& name, const std::string& context) {
-  Handle attr(check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context + ": attribute " + name), H5Aclose);
   int64_t v = 0;
-  check(H5Aread(attr, H5T_NATIVE_INT64, &v), context + ": attribute " + name);
+  read_scalar_attr(obj, name, context, H5T_NATIVE_INT64, &v);
+  return v;
+}
+double read_double_attr(hid_t obj, const std::string& name, const std::string& context) {
+  double v = 0;
+  read_scalar_attr(obj, name, context, H5T_NATIVE_DOUBLE, &v);
+  return v;
+}
+uint64_t read_u64_attr(hid_t obj, const std::string& name, const std::string& context) {
+  uint64_t v = 0;
+  read_scalar_attr(obj, name, context, H5T_NATIVE_UINT64, &v);
   return v;
 }
 

@@ -68,8 +68,12 @@ std::vector<std::string> list_datasets(hid_t file, const std::string& context); 
 
 void write_string_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_int_attr(hid_t obj, const std::string& name, int64_t value);
+void write_double_attr(hid_t obj, const std::string& name, double value);
+void write_u64_attr(hid_t obj, const std::string& name, uint64_t value);
 bool has_attr(hid_t obj, const std::string& name);
 std::string read_string_attr(hid_t obj, const std::string& name, const std::string& context);
 int64_t read_int_attr(hid_t obj, const std::string& name, const std::string& context);
+double read_double_attr(hid_t obj, const std::string& name, const std::string& context);
+uint64_t read_u64_attr(hid_t obj, const std::string& name, const std::string& context);
 
 }  // namespace ac::checkpoint::h5

@@ -93,30 +93,10 @@ int64_t numel_of(const std::vector<int64_t>& shape) {
   return n;
 }
 
-void write_double_attr(hid_t obj, const std::string& name, double v) {
-  h5::Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  h5::Handle a(h5::check(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name),
-               H5Aclose);
-  h5::check(H5Awrite(a, H5T_NATIVE_DOUBLE, &v), "attribute " + name);
-}
-double read_double_attr(hid_t obj, const std::string& name, const std::string& context) {
-  h5::Handle a(h5::check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context + ": attribute " + name), H5Aclose);
-  double v = 0;
-  h5::check(H5Aread(a, H5T_NATIVE_DOUBLE, &v), context + ": attribute " + name);
-  return v;
-}
-void write_u64_attr(hid_t obj, const std::string& name, uint64_t v) {
-  h5::Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  h5::Handle a(h5::check(H5Acreate2(obj, name.c_str(), H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT), "attribute " + name),
-               H5Aclose);
-  h5::check(H5Awrite(a, H5T_NATIVE_UINT64, &v), "attribute " + name);
-}
-uint64_t read_u64_attr(hid_t obj, const std::string& name, const std::string& context) {
-  h5::Handle a(h5::check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), context + ": attribute " + name), H5Aclose);
-  uint64_t v = 0;
-  h5::check(H5Aread(a, H5T_NATIVE_UINT64, &v), context + ": attribute " + name);
-  return v;
-}
+using h5::read_double_attr;
+using h5::read_u64_attr;
+using h5::write_double_attr;
+using h5::write_u64_attr;
 
 }  // namespace
 
