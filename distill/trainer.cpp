@@ -32,6 +32,7 @@
 #include "dist/zero_optimizer.h"
 #include "distill/kd_loss.h"
 #include "distill/lr_schedule.h"
+#include "distill/run_parts.h"
 #include "model/arch_spec.h"
 #include "model/model.h"
 #include "dist/cpu_features.h"
@@ -41,35 +42,6 @@ namespace fs = std::filesystem;
 namespace ac::distill {
 
 namespace {
-
-volatile std::sig_atomic_t g_signal = 0;
-// Keeps the highest signal number seen: SIGTERM (15, a cancel) outranks SIGUSR1 (10, a
-// preemption warning) whatever order they arrive in (Slurm's scancel signals the batch
-// shell, which forwards, and the tasks).
-extern "C" void on_stop_signal(int signo) {
-  if (signo > g_signal) g_signal = signo;
-}
-
-// Installs SIGUSR1/SIGTERM handlers for the lifetime of the trainer.
-class SignalGuard {
- public:
-  SignalGuard() {
-    g_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR1, &sa, &old_usr1_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~SignalGuard() {
-    sigaction(SIGUSR1, &old_usr1_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_usr1_ {}, old_term_ {};
-};
 
 using dist::format_duration;
 
@@ -81,27 +53,6 @@ std::string si(double v) {
   else if (v >= 1e3) o << v / 1e3 << "k";
   else o << v;
   return o.str();
-}
-
-std::string hex_encode(const torch::Tensor& bytes) {
-  static const char* digits = "0123456789abcdef";
-  const torch::Tensor b = bytes.contiguous();
-  const auto* p = b.data_ptr<uint8_t>();
-  std::string s;
-  s.reserve(static_cast<size_t>(b.numel()) * 2);
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    s.push_back(digits[p[i] >> 4]);
-    s.push_back(digits[p[i] & 15]);
-  }
-  return s;
-}
-
-torch::Tensor hex_decode(const std::string& s) {
-  torch::Tensor t = torch::empty({static_cast<int64_t>(s.size() / 2)}, torch::kUInt8);
-  auto* p = t.data_ptr<uint8_t>();
-  auto nib = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-  for (size_t i = 0; i + 1 < s.size(); i += 2) p[i / 2] = static_cast<uint8_t>(nib(s[i]) << 4 | nib(s[i + 1]));
-  return t;
 }
 
 // Sum of losses over a batch, reported as a mean.
@@ -156,10 +107,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
       throw InputError(cfg.student, "vocab_size",
                        std::to_string(spec.vocab_size) + " differs from the teacher's " +
                            std::to_string(teacher_spec.vocab_size) + " (" + teacher_path + ")");
-    teacher.emplace(teacher_spec, tp, model::ModelOptions{dtype});
-    checkpoint::load_model(*teacher, tr);
-    (*teacher)->eval();
-    for (auto& p : (*teacher)->parameters()) p.requires_grad_(false);
+    teacher.emplace(load_frozen_teacher(teacher_path, tp, dtype));
   }
 
   const std::string ckpt_dir = cfg.out + "/checkpoints";
@@ -246,22 +194,9 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     const nlohmann::json& per_rank = a.contains("per_rank") ? a.at("per_rank") : nlohmann::json();
     if (per_rank.is_array() && per_rank.size() == static_cast<size_t>(layout.world_size()) &&
         per_rank[static_cast<size_t>(layout.world_rank())].contains("torch_rng"))
-      at::Generator(at::detail::getDefaultCPUGenerator()).set_state(hex_decode(per_rank[static_cast<size_t>(layout.world_rank())]["torch_rng"].get<std::string>()));
+      set_rng_state_hex(per_rank[static_cast<size_t>(layout.world_rank())]["torch_rng"].get<std::string>());
     if (root) {
-      // Metrics logged after this checkpoint belong to the lost timeline: drop them.
-      std::ifstream in(metrics_path);
-      std::ostringstream kept;
-      for (std::string line; std::getline(in, line);) {
-        try {
-          const auto j = nlohmann::json::parse(line);
-          if (j.value("step", int64_t(0)) <= step) kept << line << "\n";
-        } catch (const std::exception&) {
-        }
-      }
-      std::ofstream out(metrics_path + ".tmp", std::ios::trunc);
-      out << kept.str();
-      out.close();
-      fs::rename(metrics_path + ".tmp", metrics_path);
+      truncate_metrics(metrics_path, step);  // later lines belong to the lost timeline
       std::cout << "resumed from " << path << " at step " << step << " (" << tokens_seen << " tokens)" << std::endl;
     }
   }
@@ -339,7 +274,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
         {"config", run_config},
         {"teacher", teacher_path},
     };
-    nlohmann::json me = {{"torch_rng", hex_encode(at::detail::getDefaultCPUGenerator().get_state())}};
+    nlohmann::json me = {{"torch_rng", rng_state_hex()}};
     checkpoint::SaveOptions so;
     so.keep_last = cfg.keep_last;
     const std::string path = checkpoint::save_checkpoint(world, ckpt_dir, step, tensors, attrs, me, so);
@@ -412,7 +347,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     MPI_Comm_free(&node);
     devices = double(layout.world_size()) / double(std::max(1, local));
   }
-  SignalGuard signals;
+  StopSignals signals;
   int consecutive_skipped = 0;
   const int64_t first_step = step;
   auto t_interval = clock::now();
@@ -423,24 +358,13 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   while (step < cfg.steps) {
     // Every rank agrees on a pending stop signal before starting a step.
     // (SIGTERM outranks SIGUSR1: MAX of the signal numbers.)
-    int stop = static_cast<int>(g_signal);
-    MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, world);
+    const int stop = signals.agree(world);
     if (stop) {
-      if (root)
-        std::cout << "stop signal received (" << (stop == SIGUSR1 ? "SIGUSR1" : "SIGTERM") << ") at step " << step
-                  << ": saving" << std::endl;
+      if (root) std::cout << "stop signal received (" << signal_name(stop) << ") at step " << step << ": saving" << std::endl;
       if (!saved_at_step) save("signal");
       // Requeue only on SIGUSR1 (Slurm's advance warning): `scontrol requeue` would also
       // requeue a job the user cancelled (scancel sends SIGTERM). Exit 75 either way.
-      if (root && stop == SIGUSR1) {
-        const char* job = std::getenv("SLURM_JOB_ID");
-        const char* no = std::getenv("AC_NO_REQUEUE");
-        if (job && !(no && std::string(no) == "1")) {
-          const std::string cmd = "scontrol requeue " + std::string(job);
-          std::cout << "requeueing: " << cmd << std::endl;
-          if (std::system(cmd.c_str()) != 0) std::cerr << "warning: '" << cmd << "' failed" << std::endl;
-        }
-      }
+      if (root) requeue_after_signal(stop);
       return kExitRequeue;
     }
 

@@ -54,10 +54,16 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x0, int64_t pos0, L
     if (observe.observer) observe.observer->activation(observe.layer, point, y);
     return y;
   };
-  if (attention) x = x + attention(normed(mixer_norm, ObservePoint::MixerNormOut), pos0, cache ? &cache->kv : nullptr);
-  if (mamba) x = x + mamba(normed(mixer_norm, ObservePoint::MixerNormOut), cache ? &cache->mamba : nullptr);
-  if (mlp) x = x + mlp(normed(ffn_norm, ObservePoint::FfnNormOut));
-  if (moe) x = x + moe(normed(ffn_norm, ObservePoint::FfnNormOut));
+  // A sublayer's output before the residual add, which an observer may replace (search masks).
+  auto out = [&](torch::Tensor y, ObservePoint point) {
+    if (observe.observer) observe.observer->modify(observe.layer, point, y);
+    return y;
+  };
+  if (attention)
+    x = x + out(attention(normed(mixer_norm, ObservePoint::MixerNormOut), pos0, cache ? &cache->kv : nullptr), ObservePoint::MixerOut);
+  if (mamba) x = x + out(mamba(normed(mixer_norm, ObservePoint::MixerNormOut), cache ? &cache->mamba : nullptr), ObservePoint::MixerOut);
+  if (mlp) x = x + out(mlp(normed(ffn_norm, ObservePoint::FfnNormOut)), ObservePoint::FfnOut);
+  if (moe) x = x + out(moe(normed(ffn_norm, ObservePoint::FfnNormOut)), ObservePoint::FfnOut);
   return x;
 }
 
@@ -104,6 +110,7 @@ torch::Tensor CausalLMImpl::hidden_states(const torch::Tensor& ids, InferenceCac
   TORCH_CHECK(ids.dim() == 2, "input ids must be [batch, T]");
   if (cache && cache->layers.size() != spec_.layers.size()) *cache = new_cache();
   auto x = embed_tokens(ids);
+  if (observer_) observer_->modify(-1, ObservePoint::EmbedOut, x);
   const int64_t pos0 = cache ? cache->position : 0;
   for (size_t i = 0; i < layers->size(); ++i)
     x = layer(i)->forward(x, pos0, cache ? &cache->layers[i] : nullptr);
@@ -125,6 +132,7 @@ torch::Tensor CausalLMImpl::embed_tokens(const torch::Tensor& ids) {
 }
 
 void CausalLMImpl::set_observer(ActivationObserver* observer) {
+  observer_ = observer;
   for (size_t i = 0; i < layers->size(); ++i) {
     auto l = layer(i);
     const ObserverSlot slot{observer, int(i)};

@@ -118,6 +118,7 @@ class CausalLMImpl : public torch::nn::Module {
   ArchSpec spec_;
   TpGroup tp_;
   ModelOptions options_;
+  ActivationObserver* observer_ = nullptr;  // set_observer: sees the embedding output (EmbedOut)
   int64_t vocab_shard_;
   dist::VocabShard vocab_;
 };

@@ -163,7 +163,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCac
     cache->v = v;
   }
   auto o = attention_core(q, k, v).transpose(1, 2).reshape({B, T, heads_local_ * d});
-  if (observe.observer) observe.observer->activation(observe.layer, ObservePoint::AttnOProjInput, o);
+  if (observe.observer) {
+    observe.observer->activation(observe.layer, ObservePoint::AttnOProjInput, o);
+    observe.observer->modify(observe.layer, ObservePoint::AttnOProjInput, o);
+  }
   return row_parallel(o, o_proj->weight, o_proj->bias, tp_);
 }
 

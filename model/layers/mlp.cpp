@@ -36,7 +36,10 @@ torch::Tensor MlpImpl::forward_partial(const torch::Tensor& x) {
   auto h = act_ == MlpActivation::SwiGLU
                ? act_silu(column_parallel(x, gate_proj->weight, gate_proj->bias, tp_)) * up
                : activate(up, act_);
-  if (observe.observer) observe.observer->activation(observe.layer, observe_as, h);
+  if (observe.observer) {
+    observe.observer->activation(observe.layer, observe_as, h);
+    observe.observer->modify(observe.layer, observe_as, h);
+  }
   return torch::nn::functional::linear(h, down_proj->weight);
 }
 

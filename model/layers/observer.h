@@ -21,6 +21,10 @@ enum class ObservePoint {
   MambaX,           // [B, T, local_heads * head_dim]: the x part of in_proj's output (before the conv)
   SharedDownInput,  // [rows, local_shared_ffn]: input of the shared expert's down_proj
   MoeLatent,        // [rows, latent]: output of fc1_latent_proj (replicated over TP)
+  // Points only modify() sees (the masks of the architecture search, search/das.h):
+  EmbedOut,         // [B, T, hidden]: the embedding lookup (layer -1), before the first layer
+  MixerOut,         // [B, T, hidden]: the mixer's output before the residual add (replicated over TP)
+  FfnOut,           // [B, T, hidden]: the MLP / MoE output before the residual add (replicated over TP)
 };
 
 class ActivationObserver {
@@ -32,6 +36,10 @@ class ActivationObserver {
   // and its output times the routing weight [n, in] (what it adds to the layer's output).
   virtual void expert(int layer, int64_t expert, const at::Tensor& rows, const at::Tensor& down_input,
                       const at::Tensor& weighted_output) = 0;
+  // May replace `act` (e.g. by act * mask) at AttnOProjInput, MlpDownInput, SharedDownInput,
+  // EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
+  // sees it). Called after activation() where both apply. The default leaves it alone.
+  virtual void modify(int /*layer*/, ObservePoint /*point*/, at::Tensor& /*act*/) {}
 };
 
 // What a layer holds: the observer (null: none) and the layer index it reports.

@@ -22,8 +22,10 @@ struct Ops<torch::Tensor> {
   static T pow(const T& a, double b) { return torch::pow(a, b); }
   static T sum(const T& a) { return a.sum(); }
   static T max_all(const T& a) { return a.max(); }
-  static T floor_st(const T& a) { return a + (torch::floor(a) - a).detach(); }
-  static T ceil_st(const T& a) { return a + (torch::ceil(a) - a).detach(); }
+  // An infinite value (no KV cache at all: sequences per budget unbounded) stays infinite
+  // instead of inf - inf = NaN.
+  static T floor_st(const T& a) { return torch::where(torch::isfinite(a), a + (torch::floor(a) - a).detach(), a); }
+  static T ceil_st(const T& a) { return torch::where(torch::isfinite(a), a + (torch::ceil(a) - a).detach(), a); }
   static T scalar(double x, const T& like) { return torch::scalar_tensor(x, like.options()); }
 };
 }  // namespace detail

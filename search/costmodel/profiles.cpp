@@ -1,6 +1,7 @@
 // JSON readers/writers of hardware, engine and workload profiles.
 #include "search/costmodel/profiles.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -318,9 +319,30 @@ EngineProfile engine_from_json(const json& j, const std::string& path) {
   e.elementwise_traffic = f.number_or("elementwise_traffic", 1.0, true);
   if (e.activations != "profile" && e.activations != "eager")
     f.fail("activations", "\"" + e.activations + "\" is not profile or eager");
+  if (f.has("heterogeneous")) {
+    const json& x = j.at("heterogeneous");
+    if (!x.is_object()) f.fail("heterogeneous", "expected {\"format\": ..., \"per_layer\": [axes]}");
+    for (const auto& [k, v] : x.items()) {
+      if (k == "format" && v.is_string()) e.heterogeneous_format = v.get<std::string>();
+      else if (k == "per_layer" && v.is_array()) {
+        for (const auto& a : v) {
+          const auto& known = engine_per_layer_axes();
+          if (!a.is_string() || std::find(known.begin(), known.end(), a.get<std::string>()) == known.end())
+            f.fail("heterogeneous.per_layer", a.dump() + " is not one of ffn attn_heads mamba_heads experts expert_ffn shared_ffn skip");
+          e.per_layer_axes.push_back(a.get<std::string>());
+        }
+      } else if (k != "comment") {
+        f.fail("heterogeneous." + k, "unknown field or wrong type (format: string, per_layer: array, comment)");
+      }
+    }
+  }
   f.has("comment");
   f.no_unknown();
   return e;
+}
+
+bool EngineProfile::serves_per_layer(const std::string& axis) const {
+  return std::find(per_layer_axes.begin(), per_layer_axes.end(), axis) != per_layer_axes.end();
 }
 
 Workload workload_from_json(const json& j, const std::string& path) {

@@ -91,6 +91,14 @@ struct HardwareProfile {
 };
 
 // How a serving engine sizes memory and batches work.
+// Per-layer axes an engine profile may list: a dense MLP's width, attention heads per KV
+// group, Mamba heads, routed experts, expert and shared-expert widths, and "skip" (a no-op
+// sublayer: attention, Mamba, MLP or MoE removed from one layer).
+inline const std::vector<std::string>& engine_per_layer_axes() {
+  static const std::vector<std::string> axes = {"ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "shared_ffn", "skip"};
+  return axes;
+}
+
 struct EngineProfile {
   std::string id, name;
   // "fraction_of_total" (vLLM gpu_memory_utilization: budget = total * f, then weights,
@@ -132,6 +140,12 @@ struct EngineProfile {
   // Bytes an elementwise step (norm + residual, gating) moves relative to one fused read +
   // write: 1 for fused kernels; ~10 for the eager RMSNorm (fp32 casts, pow, mean, mul, cast back).
   double elementwise_traffic = 1;
+  // Heterogeneous students this engine serves (../shared/SEARCH.md): the checkpoint format and
+  // the axes it lets differ from layer to layer (kEnginePerLayerAxes). The architecture search
+  // varies only these per layer; with none, the engine serves uniform models only.
+  std::string heterogeneous_format;
+  std::vector<std::string> per_layer_axes;
+  bool serves_per_layer(const std::string& axis) const;
 };
 
 struct Workload {

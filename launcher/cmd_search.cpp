@@ -1,0 +1,171 @@
+// `autocompress search`: the AutoCompress differentiable architecture search (search/das.h).
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <type_traits>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
+#include "dist/error.h"
+#include "dist/runtime.h"
+#include "distill/trainer.h"
+#include "launcher/command.h"
+#include "launcher/hardware_arg.h"
+#include "search/costmodel/local_profile.h"
+#include "search/das.h"
+#include "search/importance.h"
+
+namespace ac::launcher {
+namespace {
+
+std::string need(const po::variables_map& vm, const char* name) {
+  if (!vm.count(name)) throw InputError(std::string("autocompress search: missing --") + name + " (see --help)");
+  return vm[name].as<std::string>();
+}
+
+// "ffn=512,1024" -> {"ffn", {512, 1024}}.
+std::pair<std::string, std::vector<int64_t>> parse_choice(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) throw InputError("--choices", text, "expected AXIS=V1,V2,... (e.g. ffn=512,1024)");
+  std::vector<int64_t> v;
+  std::stringstream in(text.substr(eq + 1));
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      size_t used = 0;
+      v.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw InputError("--choices", text, "\"" + item + "\" is not an integer");
+    }
+  }
+  return {text.substr(0, eq), v};
+}
+
+int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
+  search::DasOptions o;
+  o.teacher = need(vm, "teacher");
+  o.importance = need(vm, "importance");
+  o.out = need(vm, "out");
+  auto take = [&](const char* name, auto& v) {
+    if (vm.count(name)) v = vm[name].as<std::remove_reference_t<decltype(v)>>();
+  };
+  auto& c = o.constraints;
+  take("target-params", c.absolute.params);
+  take("target-active-params", c.absolute.active_params);
+  take("target-memory-gb", c.absolute.memory_gb);
+  take("target-ttft-ms", c.absolute.ttft_ms);
+  take("target-tpot-ms", c.absolute.tpot_ms);
+  take("target-throughput", c.absolute.throughput);
+  take("target-params-ratio", c.params_ratio);
+  take("target-active-params-ratio", c.active_params_ratio);
+  take("target-memory-gb-ratio", c.memory_ratio);
+  take("target-ttft-ms-ratio", c.ttft_ratio);
+  take("target-tpot-ms-ratio", c.tpot_ratio);
+  take("target-throughput-ratio", c.throughput_ratio);
+  take("hardware", o.hardware);
+  take("engine", o.engine);
+  take("workload", o.workload);
+  take("configs-dir", o.configs_dir);
+  if (o.hardware == search::kLocalProfileId) {
+    HardwareArg h;
+    h.value = o.hardware;
+    h.configs_dir = o.configs_dir;
+    h.cache_dir = default_cache_dir();
+    h.dtype = cost_dtype(vm["dtype"].as<std::string>());
+    o.hardware = resolve_hardware(h).path;
+  }
+  take("axes", o.space.axes);
+  if (vm.count("choices"))
+    for (const auto& t : vm["choices"].as<std::vector<std::string>>()) o.space.choices.insert(parse_choice(t));
+  take("min-width", o.space.min_width);
+  take("max-choices", o.space.max_choices);
+  take("data", o.data);
+  take("split", o.split);
+  take("steps", o.steps);
+  take("seq-len", o.seq_len);
+  take("micro-batch", o.micro_batch);
+  take("seed", o.seed);
+  take("tp", o.tp);
+  take("dtype", o.dtype);
+  take("lr", o.lr);
+  take("tau-start", o.tau_start);
+  take("tau-end", o.tau_end);
+  take("hard-prob", o.hard_prob);
+  take("rho", o.rho);
+  take("budget-warmup", o.warmup);
+  take("kd-temperature", o.temperature);
+  take("candidates", o.candidates);
+  take("score-batches", o.score_batches);
+  take("log-interval", o.log_interval);
+  take("save-interval", o.save_interval);
+  o.scores_source = o.importance;
+  std::string fingerprint;
+  {
+    checkpoint::CheckpointReader r(checkpoint::resolve_checkpoint(o.teacher));
+    fingerprint = checkpoint::model_fingerprint(r);
+  }
+  const search::ImportanceScores scores = search::load_importance(o.importance, fingerprint);
+  const auto r = search::run_search(o, scores, ctx.runtime.world(),
+                                    [&](const nlohmann::json& layout) { ctx.write_manifest(o.out, layout); });
+  return r.stopped ? distill::kExitRequeue : kExitOk;
+}
+
+AC_REGISTER_SUBCOMMAND((Subcommand{
+    "search",
+    "the AutoCompress search: a heterogeneous student inside the teacher under latency / memory / parameter budgets on the "
+    "serving cost model (differentiable, KD in the loop; run under mpirun)",
+    [](po::options_description& d) {
+      search::DasOptions c;
+      d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory or .h5)")(
+          "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher (autocompress importance)")(
+          "data", po::value<std::vector<std::string>>()->multitoken(), "search data: PATH or WEIGHT:PATH, repeatable (the train split)")(
+          "out", po::value<std::string>()->value_name("DIR"),
+          "gets search/ (resumable state), metrics.jsonl, arch.json, search_report.json, student/, manifest.json")(
+          "hardware", po::value<std::string>()->value_name("ID|FILE"), "hardware profile (cpu-local: this machine's)")(
+          "engine", po::value<std::string>()->value_name("ID|FILE")->default_value(c.engine),
+          "serving engine profile: also decides which axes may differ per layer (its `heterogeneous` block)")(
+          "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
+          "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
+          "target-params", po::value<double>()->value_name("N"), "at most N parameters")(
+          "target-active-params", po::value<double>()->value_name("N"), "at most N active parameters per token")(
+          "target-memory-gb", po::value<double>()->value_name("X"),
+          "at most X GB of serving memory (weights + activations + reserve + KV/state of the workload's concurrency)")(
+          "target-ttft-ms", po::value<double>()->value_name("X"), "predicted TTFT at most X ms")(
+          "target-tpot-ms", po::value<double>()->value_name("X"), "predicted TPOT at most X ms")(
+          "target-throughput", po::value<double>()->value_name("X"), "predicted output throughput at least X tokens/s")(
+          "target-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's parameters")(
+          "target-active-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's active parameters")(
+          "target-memory-gb-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted memory")(
+          "target-ttft-ms-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted TTFT")(
+          "target-tpot-ms-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted TPOT")(
+          "target-throughput-ratio", po::value<double>()->value_name("R"), "at least R x the teacher's predicted throughput")(
+          "axes", po::value<std::vector<std::string>>()->multitoken(),
+          "axes searched: hidden ffn attn_heads skip (default: hidden and every per-layer axis the engine serves)")(
+          "choices", po::value<std::vector<std::string>>()->multitoken(),
+          "explicit choices, AXIS=V1,V2,... (hidden, ffn: widths; attn_heads: heads per KV group); repeatable")(
+          "min-width", po::value<double>()->default_value(c.space.min_width), "smallest width of the default grids, as a fraction of the teacher's")(
+          "max-choices", po::value<int>()->default_value(c.space.max_choices), "at most this many widths per decision (besides 0)")(
+          "steps", po::value<int64_t>()->default_value(c.steps), "search steps")(
+          "seq-len", po::value<int64_t>()->default_value(c.seq_len), "tokens per sequence")(
+          "micro-batch", po::value<int64_t>()->default_value(c.micro_batch), "sequences per DP rank per step")(
+          "split", po::value<std::string>()->default_value(c.split), "train,calibration,eval document fractions (the search reads train)")(
+          "seed", po::value<uint64_t>()->default_value(c.seed), "data order and Gumbel noise seed")(
+          "tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (world = tp x dp)")(
+          "dtype", po::value<std::string>()->default_value(c.dtype), "compute dtype: auto | bf16 | f32")(
+          "lr", po::value<double>()->default_value(c.lr), "Adam learning rate of the architecture logits")(
+          "tau-start", po::value<double>()->default_value(c.tau_start), "Gumbel-softmax temperature at the first step")(
+          "tau-end", po::value<double>()->default_value(c.tau_end), "... at the last step (exponential decay)")(
+          "hard-prob", po::value<double>()->default_value(c.hard_prob), "fraction of steps with a hard straight-through sample")(
+          "rho", po::value<double>()->default_value(c.rho), "augmented-Lagrangian penalty weight and multiplier step")(
+          "budget-warmup", po::value<double>()->default_value(c.warmup), "fraction of the steps over which budgets ramp from the teacher's value")(
+          "kd-temperature", po::value<double>()->default_value(c.temperature), "KD softmax temperature")(
+          "candidates", po::value<int>()->default_value(c.candidates),
+          "the argmax and this many - 1 samples of the final distribution, each repaired, are scored as hard models by KD loss")(
+          "score-batches", po::value<int64_t>()->default_value(c.score_batches), "calibration micro-batches each candidate is scored on")(
+          "log-interval", po::value<int64_t>()->default_value(c.log_interval), "steps between progress lines")(
+          "save-interval", po::value<int64_t>()->default_value(c.save_interval), "steps between search checkpoints (also on SIGUSR1/SIGTERM)");
+    },
+    run_search_cmd}));
+
+}  // namespace
+}  // namespace ac::launcher

@@ -1,0 +1,1123 @@
+// The AutoCompress search (see das.h, docs/search.md).
+#include "search/das.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <sstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
+#include "data/sampler.h"
+#include "data/token_source.h"
+#include "dist/cpu_features.h"
+#include "dist/error.h"
+#include "dist/parallel_layout.h"
+#include "dist/progress.h"
+#include "dist/tensor_parallel.h"
+#include "distill/kd_loss.h"
+#include "distill/run_parts.h"
+#include "distill/trainer.h"
+#include "model/layers/observer.h"
+#include "model/model.h"
+#include "search/costmodel/cost_model.h"
+#include "search/costmodel/differentiable.h"
+#include "search/prune.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace ac::search {
+
+// ---- budgets --------------------------------------------------------------------------------
+
+const char* metric_name(Metric m) {
+  switch (m) {
+    case Metric::Params: return "params";
+    case Metric::ActiveParams: return "active_params";
+    case Metric::Memory: return "memory_gb";
+    case Metric::Ttft: return "ttft_ms";
+    case Metric::Tpot: return "tpot_ms";
+    case Metric::Throughput: return "throughput";
+  }
+  return "?";
+}
+
+namespace {
+// A metric in the unit people read (M parameters, GB, ms, tokens/s).
+double shown(Metric m, double v) {
+  switch (m) {
+    case Metric::Params:
+    case Metric::ActiveParams: return v / 1e6;
+    case Metric::Memory: return v / 1e9;
+    case Metric::Ttft:
+    case Metric::Tpot: return v * 1e3;
+    case Metric::Throughput: return v;
+  }
+  return v;
+}
+const char* unit(Metric m) {
+  switch (m) {
+    case Metric::Params:
+    case Metric::ActiveParams: return "M";
+    case Metric::Memory: return " GB";
+    case Metric::Ttft:
+    case Metric::Tpot: return " ms";
+    case Metric::Throughput: return " tok/s";
+  }
+  return "";
+}
+std::string fmt(double v, int precision = 4) {
+  std::ostringstream o;
+  o << std::setprecision(precision) << v;
+  return o.str();
+}
+std::string shown_text(Metric m, double v) { return fmt(shown(m, v), 5) + unit(m); }
+}  // namespace
+
+bool SearchConstraints::any() const {
+  return absolute.any() || params_ratio > 0 || active_params_ratio > 0 || memory_ratio > 0 || ttft_ratio > 0 ||
+         tpot_ratio > 0 || throughput_ratio > 0;
+}
+bool SearchConstraints::needs_cost_model() const {
+  return absolute.needs_cost_model() || memory_ratio > 0 || ttft_ratio > 0 || tpot_ratio > 0 || throughput_ratio > 0;
+}
+
+double ExactCost::get(Metric m) const {
+  switch (m) {
+    case Metric::Params: return params;
+    case Metric::ActiveParams: return active_params;
+    case Metric::Memory: return memory_bytes;
+    case Metric::Ttft: return ttft_s;
+    case Metric::Tpot: return tpot_s;
+    case Metric::Throughput: return throughput_tok_s;
+  }
+  return 0;
+}
+
+ExactCost exact_cost(const model::ArchSpec& spec, const CostTarget* target) {
+  ExactCost c;
+  const model::ParamCounts pc = model::count_params(spec);
+  c.params = double(pc.total());
+  c.active_params = double(pc.active());
+  if (target) {
+    const Prediction p = predict(spec, target->hardware, target->engine, target->workload);
+    c.memory_bytes = p.weight_bytes + p.activation_bytes + p.reserved_bytes +
+                     double(std::max<int64_t>(1, target->workload.concurrency)) * p.bytes_per_seq;
+    c.ttft_s = p.ttft_s;
+    c.tpot_s = p.tpot_s;
+    c.throughput_tok_s = p.throughput_tok_s;
+    c.fits = p.fits;
+    c.problem = p.problem;
+  }
+  return c;
+}
+
+double violation(const Budget& b, double x) { return b.at_least ? 1.0 - x / b.value : x / b.value - 1.0; }
+
+std::vector<Budget> resolve_budgets(const SearchConstraints& c, const model::ArchSpec& teacher, const CostTarget* target) {
+  if (!c.any())
+    throw InputError("search", "--target-tpot-ratio",
+                     "give a budget: --target-{params,active-params,memory-gb,ttft-ms,tpot-ms,throughput} or the same as "
+                     "--target-*-ratio of the teacher's value");
+  if (c.needs_cost_model() && !target)
+    throw InputError("search", "--hardware", "memory, TTFT, TPOT and throughput budgets need --hardware and --workload");
+  const ExactCost t = exact_cost(teacher, target);
+  std::vector<Budget> out;
+  auto add = [&](Metric m, const char* option, double absolute, double scale, double ratio, bool at_least) {
+    const std::string ratio_option = std::string(option) + "-ratio";
+    if (ratio < 0) throw InputError(ratio_option, fmt(ratio), "must be positive");
+    if (ratio > 0 && !at_least && ratio > 1)
+      throw InputError(ratio_option, fmt(ratio), "a ratio above 1 asks for a student larger than the teacher");
+    if (ratio > 0 && at_least && ratio < 1)
+      throw InputError(ratio_option, fmt(ratio), "a throughput ratio below 1 asks for a student slower than the teacher");
+    if (absolute < 0) throw InputError(option, fmt(absolute), "must be positive");
+    if (absolute > 0) out.push_back({m, option, absolute * scale, t.get(m), at_least});
+    if (ratio > 0) out.push_back({m, ratio_option, ratio * t.get(m), t.get(m), at_least});
+  };
+  const auto& a = c.absolute;
+  add(Metric::Params, "--target-params", a.params, 1, c.params_ratio, false);
+  add(Metric::ActiveParams, "--target-active-params", a.active_params, 1, c.active_params_ratio, false);
+  add(Metric::Memory, "--target-memory-gb", a.memory_gb, 1e9, c.memory_ratio, false);
+  add(Metric::Ttft, "--target-ttft-ms", a.ttft_ms, 1e-3, c.ttft_ratio, false);
+  add(Metric::Tpot, "--target-tpot-ms", a.tpot_ms, 1e-3, c.tpot_ratio, false);
+  add(Metric::Throughput, "--target-throughput", a.throughput, 1, c.throughput_ratio, true);
+  return out;
+}
+
+// ---- the search space -----------------------------------------------------------------------
+
+namespace {
+
+// Rank of every unit: 0 for the highest score, ties to the lower index (as prune's top_k).
+std::vector<int64_t> ranks(const std::vector<double>& score, int64_t offset, int64_t n) {
+  std::vector<int64_t> idx(static_cast<size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return score[size_t(offset + a)] > score[size_t(offset + b)]; });
+  std::vector<int64_t> r(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) r[size_t(idx[size_t(i)])] = i;
+  return r;
+}
+
+// Multiples of `divisor` from min_fraction * teacher up to below the teacher, then the teacher;
+// thinned evenly to at most `max_choices` (the smallest and the teacher kept).
+std::vector<int64_t> width_grid(int64_t teacher, int64_t divisor, double min_fraction, int max_choices) {
+  std::vector<int64_t> v;
+  const int64_t lo = std::max<int64_t>(divisor, int64_t(std::ceil(min_fraction * double(teacher) / double(divisor))) * divisor);
+  for (int64_t x = lo; x < teacher; x += divisor) v.push_back(x);
+  v.push_back(teacher);
+  if (int(v.size()) > max_choices && max_choices >= 2) {
+    std::vector<int64_t> t;
+    for (int i = 0; i < max_choices; ++i) {
+      const size_t j = size_t(std::llround(double(i) * double(v.size() - 1) / double(max_choices - 1)));
+      if (t.empty() || t.back() != v[j]) t.push_back(v[j]);
+    }
+    v = t;
+  }
+  return v;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+
+model::ArchSpec SearchSpace::spec(const std::vector<int>& pick) const {
+  model::ArchSpec s = teacher;
+  s.name = teacher.name + "-autocompress";
+  auto value = [&](int d) { return decisions[size_t(d)].choices[size_t(pick[size_t(d)])]; };
+  if (hidden >= 0) s.hidden_size = value(hidden);
+  for (size_t l = 0; l < s.layers.size(); ++l) {
+    auto& L = s.layers[l];
+    if (attn[l] >= 0) {
+      const int64_t q = value(attn[l]);
+      if (q == 0) L.attention.reset();
+      else L.attention->num_heads = int(q) * L.attention->num_kv_heads;
+    }
+    if (ffn[l] >= 0) {
+      const int64_t f = value(ffn[l]);
+      if (f == 0) L.mlp.reset();
+      else L.mlp->ffn_size = f;
+    }
+    if (mamba[l] >= 0 && value(mamba[l]) == 0) L.mamba.reset();
+    if (moe[l] >= 0 && value(moe[l]) == 0) L.moe.reset();
+  }
+  return s;
+}
+
+std::vector<int> SearchSpace::teacher_pick() const {
+  std::vector<int> p;
+  for (const auto& d : decisions) p.push_back(d.teacher_choice());
+  return p;
+}
+std::vector<int> SearchSpace::smallest_pick() const { return std::vector<int>(decisions.size(), 0); }
+
+json SearchSpace::to_json() const {
+  json d = json::array();
+  for (const auto& x : decisions) d.push_back({{"axis", x.axis}, {"layer", x.layer}, {"choices", x.choices}});
+  return {{"decisions", d}, {"notes", notes}};
+}
+
+SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores, const EngineProfile* engine,
+                        const SpaceOptions& o, const std::string& src) {
+  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip"};
+  for (const auto& a : o.axes)
+    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip)");
+  for (const auto& [a, v] : o.choices) {
+    if (!has({"hidden", "ffn", "attn_heads"}, a)) throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads)");
+    if (v.empty()) throw InputError("--choices", a, "no values");
+  }
+  if (o.min_width <= 0 || o.min_width > 1) throw InputError("--min-width", fmt(o.min_width), "must be in (0, 1]");
+  if (scores.layers.size() != t.layers.size() || int64_t(scores.hidden.size()) != t.hidden_size)
+    throw InputError(src, "layers", "the scores do not describe this teacher (" + std::to_string(scores.layers.size()) +
+                                        " layers, hidden " + std::to_string(scores.hidden.size()) + ")");
+  const std::string eng = engine ? engine->id : "any engine";
+  auto served = [&](const std::string& axis) { return !engine || engine->serves_per_layer(axis); };
+  std::vector<std::string> axes = o.axes;
+  SearchSpace s;
+  s.teacher = t;
+  if (axes.empty()) {
+    axes.push_back("hidden");
+    for (const char* a : {"ffn", "attn_heads", "skip"}) {
+      if (served(a)) axes.push_back(a);
+      else s.notes.push_back(std::string(a) + ": held, " + eng + " cannot serve per-layer " + a +
+                             (engine && !engine->heterogeneous_format.empty() ? " (" + engine->heterogeneous_format + ")" : ""));
+    }
+  } else {
+    for (const auto& a : axes)
+      if (a != "hidden" && !served(a))
+        throw InputError("--axes", a, "the engine " + eng + " cannot serve a per-layer " + a +
+                                          (engine && !engine->heterogeneous_format.empty() ? " (its format: " + engine->heterogeneous_format + ")"
+                                                                                           : " (it lists no heterogeneous format)") +
+                                          "; leave the axis out or choose another --engine");
+  }
+  for (const auto& [a, v] : o.choices)
+    if (!has(axes, a)) throw InputError("--choices", a, "the axis is not searched (add it to --axes)");
+  const bool skip = has(axes, "skip");
+  const int tp = std::max(1, o.tp);
+  const size_t L = t.layers.size();
+  s.attn.assign(L, -1);
+  s.ffn.assign(L, -1);
+  s.mamba.assign(L, -1);
+  s.moe.assign(L, -1);
+  // A choice is valid when the teacher with only that change splits over TP.
+  auto splits = [&](const std::function<void(model::ArchSpec&)>& edit) {
+    model::ArchSpec probe = t;
+    edit(probe);
+    return model::tp_split_problem(probe, tp).empty();
+  };
+  auto given = [&](const std::string& axis, int64_t teacher_value, std::vector<int64_t> dflt) {
+    auto it = o.choices.find(axis);
+    if (it == o.choices.end()) return dflt;
+    std::vector<int64_t> v = it->second;
+    for (int64_t x : v)
+      if (x <= 0 || x > teacher_value)
+        throw InputError("--choices", axis + "=" + join(v), std::to_string(x) + " is not in [1, the teacher's " + std::to_string(teacher_value) + "]");
+    if (std::find(v.begin(), v.end(), teacher_value) == v.end()) v.push_back(teacher_value);
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  };
+  if (has(axes, "hidden")) {
+    Decision d{"hidden", -1, {}, ranks(scores.hidden, 0, t.hidden_size)};
+    d.choices = given("hidden", t.hidden_size, width_grid(t.hidden_size, minitron_divisor(256, t.hidden_size), o.min_width, o.max_choices));
+    if (d.choices.size() > 1) {
+      s.hidden = int(s.decisions.size());
+      s.decisions.push_back(std::move(d));
+    }
+  }
+  for (size_t l = 0; l < L; ++l) {
+    const auto& layer = t.layers[l];
+    const auto& sc = scores.layers[l];
+    const int li = int(l);
+    const std::string where = "layers[" + std::to_string(l) + "]";
+    if (layer.attention) {
+      const auto& a = *layer.attention;
+      const int g = a.num_heads / a.num_kv_heads;
+      std::vector<int64_t> per_group;
+      if (has(axes, "attn_heads")) {
+        std::vector<int64_t> all;
+        for (int q = 1; q <= g; ++q) all.push_back(q);
+        per_group = given("attn_heads", g, all);
+      } else {
+        per_group = {g};
+      }
+      std::vector<int64_t> ok;
+      for (int64_t q : per_group) {
+        if (splits([&](model::ArchSpec& p) { p.layers[l].attention->num_heads = int(q) * a.num_kv_heads; })) ok.push_back(q);
+        else if (o.choices.count("attn_heads"))
+          throw InputError("--choices", "attn_heads=" + join(per_group),
+                           std::to_string(q) + " heads per group (" + std::to_string(q * a.num_kv_heads) + " heads) do not split over TP " + std::to_string(tp) + " in " + where);
+      }
+      if (skip) ok.insert(ok.begin(), 0);
+      if (ok.size() > 1) {
+        if (int64_t(sc.attn_heads.size()) != a.num_heads)
+          throw InputError(src, where + ".attn_heads", "has " + std::to_string(sc.attn_heads.size()) + " scores for " + std::to_string(a.num_heads) + " heads");
+        Decision d{"attn_heads", li, ok, {}};
+        for (int k = 0; k < a.num_kv_heads; ++k)
+          for (int64_t r : ranks(sc.attn_heads, int64_t(k) * g, g)) d.rank.push_back(r);
+        s.attn[l] = int(s.decisions.size());
+        s.decisions.push_back(std::move(d));
+      }
+    }
+    if (layer.mlp) {
+      const int64_t F = layer.mlp->ffn_size;
+      std::vector<int64_t> widths = has(axes, "ffn") ? given("ffn", F, width_grid(F, minitron_divisor(512, F), o.min_width, o.max_choices))
+                                                      : std::vector<int64_t>{F};
+      std::vector<int64_t> ok;
+      for (int64_t f : widths) {
+        if (splits([&](model::ArchSpec& p) { p.layers[l].mlp->ffn_size = f; })) ok.push_back(f);
+        else if (o.choices.count("ffn"))
+          throw InputError("--choices", "ffn=" + join(widths), std::to_string(f) + " does not split over TP " + std::to_string(tp) + " in " + where);
+      }
+      if (skip) ok.insert(ok.begin(), 0);
+      if (ok.size() > 1) {
+        if (int64_t(sc.mlp_neurons.size()) != F)
+          throw InputError(src, where + ".mlp_neurons", "has " + std::to_string(sc.mlp_neurons.size()) + " scores for " + std::to_string(F) + " neurons");
+        s.ffn[l] = int(s.decisions.size());
+        s.decisions.push_back({"ffn", li, ok, ranks(sc.mlp_neurons, 0, F)});
+      }
+    }
+    if (layer.mamba && skip) {
+      s.mamba[l] = int(s.decisions.size());
+      s.decisions.push_back({"mamba", li, {0, 1}, {0}});
+    }
+    if (layer.moe && skip) {
+      s.moe[l] = int(s.decisions.size());
+      s.decisions.push_back({"moe", li, {0, 1}, {0}});
+    }
+  }
+  bool any_mamba = false, any_moe = false;
+  for (const auto& l : t.layers) any_mamba = any_mamba || l.mamba, any_moe = any_moe || l.moe;
+  if (any_mamba) s.notes.push_back("mamba heads / head dim: held (the search removes whole Mamba sublayers only; per-layer Mamba heads are not served by vLLM's nemotron_h_puzzle)");
+  if (any_moe) s.notes.push_back("experts / expert FFN / shared FFN: held (the search removes whole MoE sublayers only)");
+  if (s.decisions.empty())
+    throw InputError("--axes", axes.empty() ? "(default)" : axes[0], "leaves nothing to search for this teacher on " + eng);
+  return s;
+}
+
+// ---- discretize and repair ------------------------------------------------------------------
+
+namespace {
+
+struct Evaluated {
+  ExactCost cost;
+  double violation = 0;  // sum of positive violations, +1 when it does not fit
+  bool ok() const { return violation <= 0; }
+};
+
+Evaluated evaluate(const SearchSpace& space, const std::vector<int>& pick, const std::vector<Budget>& budgets, const CostTarget* target) {
+  Evaluated e;
+  e.cost = exact_cost(space.spec(pick), target);
+  for (const auto& b : budgets) e.violation += std::max(0.0, violation(b, e.cost.get(b.metric)));
+  if (!e.cost.fits) e.violation += 1.0;
+  return e;
+}
+
+std::string move_text(const SearchSpace& s, int d, int from, int to) {
+  const Decision& x = s.decisions[size_t(d)];
+  const std::string where = x.layer < 0 ? x.axis : "layers[" + std::to_string(x.layer) + "]." + x.axis;
+  return where + " " + std::to_string(x.choices[size_t(from)]) + " -> " + std::to_string(x.choices[size_t(to)]);
+}
+
+double use_of(const Budget& b, double x) { return b.at_least ? b.value / std::max(x, 1e-30) : x / b.value; }
+
+}  // namespace
+
+void check_reachable(const SearchSpace& space, const std::vector<Budget>& budgets, const CostTarget* target) {
+  const auto pick = space.smallest_pick();
+  const ExactCost c = exact_cost(space.spec(pick), target);
+  for (const auto& b : budgets) {
+    if (violation(b, c.get(b.metric)) > 0) {
+      throw InputError(b.option, shown_text(b.metric, b.value),
+                       std::string(b.at_least ? "above the largest" : "below the smallest") + " reachable value: the " +
+                           (b.at_least ? "fastest" : "smallest") + " architecture of the search space (every searched axis at its smallest choice) has " +
+                           shown_text(b.metric, c.get(b.metric)) + " (the teacher: " + shown_text(b.metric, b.teacher) + ")");
+    }
+  }
+  if (target && !c.fits)
+    throw InputError("--hardware", target->hardware.id, "even the smallest architecture of the search space does not fit: " + c.problem);
+}
+
+RepairResult repair(const SearchSpace& space, std::vector<int> pick, const std::vector<std::vector<double>>& lp,
+                    const std::vector<Budget>& budgets, const CostTarget* target) {
+  RepairResult r;
+  Evaluated cur = evaluate(space, pick, budgets, target);
+  const size_t D = space.decisions.size();
+  // Remove: one step down at a time until every budget holds.
+  for (int guard = 0; !cur.ok(); ++guard) {
+    if (guard > 100000) throw std::runtime_error("search repair: no progress");
+    int best = -1;
+    double best_score = std::numeric_limits<double>::infinity();
+    Evaluated best_eval;
+    for (size_t d = 0; d < D; ++d) {
+      if (pick[d] == 0) continue;
+      std::vector<int> p = pick;
+      --p[d];
+      Evaluated e = evaluate(space, p, budgets, target);
+      // Violation removed, counted on the budgets exceeded now (continuous, also below 0).
+      double gain = 0;
+      for (const auto& b : budgets) {
+        const double before = violation(b, cur.cost.get(b.metric));
+        if (before > 0) gain += before - violation(b, e.cost.get(b.metric));
+      }
+      if (!cur.cost.fits) gain += (e.cost.fits ? 1.0 : 0.0) + 1e-12 * (cur.cost.memory_bytes - e.cost.memory_bytes);
+      const double loss = std::max(0.0, lp[d][size_t(pick[d])] - lp[d][size_t(pick[d] - 1)]) + 1e-3;
+      const double score = gain > 0 ? loss / gain : std::numeric_limits<double>::max() / 2 + loss;
+      if (score < best_score) best_score = score, best = int(d), best_eval = e;
+    }
+    if (best < 0) throw std::runtime_error("search repair: every decision is at its smallest choice and a budget still fails");
+    r.steps.push_back({"remove", best, space.decisions[size_t(best)].choices[size_t(pick[size_t(best)])],
+                       space.decisions[size_t(best)].choices[size_t(pick[size_t(best)] - 1)], move_text(space, best, pick[size_t(best)], pick[size_t(best)] - 1)});
+    --pick[size_t(best)];
+    cur = best_eval;
+  }
+  // Give back: one step up at a time while every budget still holds; the move the search's
+  // logits favour most first (ties: the one that uses the least budget).
+  for (int guard = 0;; ++guard) {
+    if (guard > 100000) break;
+    int best = -1;
+    double best_gain = -std::numeric_limits<double>::infinity(), best_use = 0;
+    Evaluated best_eval;
+    for (size_t d = 0; d < D; ++d) {
+      if (pick[d] + 1 >= int(space.decisions[d].choices.size())) continue;
+      std::vector<int> p = pick;
+      ++p[d];
+      Evaluated e = evaluate(space, p, budgets, target);
+      if (!e.ok()) continue;
+      const double gain = lp[d][size_t(pick[d] + 1)] - lp[d][size_t(pick[d])];
+      double use = 0;
+      for (const auto& b : budgets) use = std::max(use, use_of(b, e.cost.get(b.metric)) - use_of(b, cur.cost.get(b.metric)));
+      if (gain > best_gain + 1e-12 || (std::abs(gain - best_gain) <= 1e-12 && use < best_use))
+        best = int(d), best_gain = gain, best_use = use, best_eval = e;
+    }
+    if (best < 0) break;
+    r.steps.push_back({"give back", best, space.decisions[size_t(best)].choices[size_t(pick[size_t(best)])],
+                       space.decisions[size_t(best)].choices[size_t(pick[size_t(best)] + 1)], move_text(space, best, pick[size_t(best)], pick[size_t(best)] + 1)});
+    ++pick[size_t(best)];
+    cur = best_eval;
+  }
+  r.pick = pick;
+  r.cost = cur.cost;
+  for (size_t i = 0; i < budgets.size(); ++i) {
+    const double u = use_of(budgets[i], cur.cost.get(budgets[i].metric));
+    if (r.binding < 0 || u > r.binding_use) r.binding = int(i), r.binding_use = u;
+  }
+  if (r.binding >= 0 && r.binding_use < 0.95) {
+    if (pick == space.teacher_pick()) {
+      r.slack_reason = "every searched axis is at the teacher's value (the teacher itself meets the budgets)";
+    } else {
+      // The smallest step up and what it would break.
+      double least = std::numeric_limits<double>::infinity();
+      std::string why;
+      for (size_t d = 0; d < D; ++d) {
+        if (pick[d] + 1 >= int(space.decisions[d].choices.size())) continue;
+        std::vector<int> p = pick;
+        ++p[d];
+        Evaluated e = evaluate(space, p, budgets, target);
+        for (const auto& b : budgets) {
+          const double v = violation(b, e.cost.get(b.metric));
+          if (v > 0 && v < least) least = v, why = move_text(space, int(d), pick[d], pick[d] + 1) + " would exceed " + b.option + " by " + fmt(100 * v, 3) + "%";
+        }
+        if (!e.cost.fits && why.empty()) why = move_text(space, int(d), pick[d], pick[d] + 1) + " would not fit: " + e.cost.problem;
+      }
+      r.slack_reason = "the choice grid stops the give-back: the smallest step up, " + why;
+    }
+  }
+  return r;
+}
+
+// ---- soft cost and masks --------------------------------------------------------------------
+
+namespace {
+
+// The expected cost of a distribution over the space: per-layer expected dimensions on the
+// differentiable cost model, mixed exactly over the hidden-width choices (one model per choice:
+// the formulas are not linear in the hidden width, so E[cost] is taken over it, not cost(E[h])).
+class SoftCostFn {
+ public:
+  SoftCostFn(const SearchSpace& s, const CostTarget& target) : s_(s), target_(target) {
+    std::vector<int64_t> widths = s.hidden >= 0 ? s.decisions[size_t(s.hidden)].choices : std::vector<int64_t>{s.teacher.hidden_size};
+    for (int64_t h : widths) {
+      model::ArchSpec a = s.teacher;
+      a.hidden_size = h;
+      models_.emplace_back(a, target.hardware, target.engine, target.workload);
+    }
+    const auto& t = s.teacher;
+    for (const auto& l : t.layers) {
+      base_heads_.push_back(l.attention ? double(l.attention->num_heads) : 1.0);
+      base_ffn_.push_back(l.mlp ? double(l.mlp->ffn_size) : 1.0);
+      kv_.push_back(l.attention ? double(l.attention->num_kv_heads) : 1.0);
+    }
+    reserved_ = target.engine.cuda_graph_bytes + target.engine.non_torch_bytes;
+    conc_ = double(std::max<int64_t>(1, target.workload.concurrency));
+  }
+
+  // probs: per decision [choices] float64. Returns per metric the expected value (0-dim).
+  std::vector<torch::Tensor> operator()(const std::vector<torch::Tensor>& probs) const {
+    const size_t L = s_.teacher.layers.size();
+    std::vector<torch::Tensor> ak(L), hd(L), mk(L), ff(L), mmk(L), mok(L);
+    auto one = torch::ones({}, torch::kFloat64);
+    bool any_attn = false, any_ffn = false, any_mamba = false, any_moe = false;
+    for (size_t l = 0; l < L; ++l) {
+      ak[l] = one, hd[l] = torch::full({}, base_heads_[l], torch::kFloat64);
+      mk[l] = one, ff[l] = torch::full({}, base_ffn_[l], torch::kFloat64);
+      mmk[l] = one, mok[l] = one;
+      auto keep_and_width = [&](int d, double scale, torch::Tensor& keep, torch::Tensor& width, double base) {
+        const Decision& x = s_.decisions[size_t(d)];
+        const torch::Tensor& p = probs[size_t(d)];
+        auto c = torch::tensor(x.choices, torch::kFloat64) * scale;
+        keep = x.choices[0] == 0 ? 1.0 - p[0] : one;
+        auto e = (p * c).sum();
+        width = torch::where(keep > 1e-6, e / keep.clamp_min(1e-6), torch::full({}, base, torch::kFloat64));
+      };
+      if (s_.attn[l] >= 0) any_attn = true, keep_and_width(s_.attn[l], kv_[l], ak[l], hd[l], base_heads_[l]);
+      if (s_.ffn[l] >= 0) any_ffn = true, keep_and_width(s_.ffn[l], 1.0, mk[l], ff[l], base_ffn_[l]);
+      if (s_.mamba[l] >= 0) any_mamba = true, mmk[l] = probs[size_t(s_.mamba[l])][1];
+      if (s_.moe[l] >= 0) any_moe = true, mok[l] = probs[size_t(s_.moe[l])][1];
+    }
+    SoftDims d;
+    if (any_attn) d.attn_keep = torch::stack(ak), d.heads = torch::stack(hd);
+    if (any_ffn) d.mlp_keep = torch::stack(mk), d.ffn = torch::stack(ff);
+    if (any_mamba) d.mamba_keep = torch::stack(mmk);
+    if (any_moe) d.moe_keep = torch::stack(mok);
+    std::vector<torch::Tensor> out(6, torch::zeros({}, torch::kFloat64));
+    for (size_t h = 0; h < models_.size(); ++h) {
+      const SoftCost c = models_[h](d);
+      const torch::Tensor w = s_.hidden >= 0 ? probs[size_t(s_.hidden)][int64_t(h)] : one;
+      const torch::Tensor mem = c.weight_bytes + c.activation_bytes + reserved_ + conc_ * c.bytes_per_seq;
+      const torch::Tensor m[6] = {c.params, c.active_params, mem, c.ttft_s, c.tpot_s, c.throughput_tok_s};
+      for (size_t i = 0; i < 6; ++i) out[i] = out[i] + w * m[i];
+    }
+    return out;
+  }
+
+ private:
+  const SearchSpace& s_;
+  CostTarget target_;
+  std::vector<DifferentiableCostModel> models_;
+  std::vector<double> base_heads_, base_ffn_, kv_;
+  double reserved_ = 0, conc_ = 1;
+};
+
+// The soft masks of one sample, applied to the teacher's forward (model/layers/observer.h).
+class SearchMasks : public model::ActivationObserver {
+ public:
+  torch::Tensor hidden;                                   // [hidden] or undefined
+  std::vector<torch::Tensor> heads, ffn, mixer, channel;  // per layer: this rank's o_proj-input / down-input mask, sublayer gates
+  void activation(int, model::ObservePoint, const at::Tensor&) override {}
+  void expert(int, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) override {}
+  void modify(int layer, model::ObservePoint p, at::Tensor& x) override {
+    using P = model::ObservePoint;
+    auto mul = [&](const torch::Tensor& m) {
+      if (m.defined()) x = x * m.to(x.scalar_type());
+    };
+    switch (p) {
+      case P::EmbedOut: mul(hidden); break;
+      case P::MixerOut: mul(mixer[size_t(layer)]), mul(hidden); break;
+      case P::FfnOut: mul(channel[size_t(layer)]), mul(hidden); break;
+      case P::AttnOProjInput: mul(heads[size_t(layer)]); break;
+      case P::MlpDownInput: mul(ffn[size_t(layer)]); break;
+      default: break;
+    }
+  }
+};
+
+// Per decision the [choices, units] matrix of prefix masks: M[c, j] = 1 when rank_j < choices[c].
+torch::Tensor prefix_matrix(const Decision& d) {
+  const int64_t C = int64_t(d.choices.size()), U = int64_t(d.rank.size());
+  auto r = torch::tensor(d.rank, torch::kLong).unsqueeze(0).expand({C, U});
+  auto c = torch::tensor(d.choices, torch::kLong).unsqueeze(1).expand({C, U});
+  return (r < c).to(torch::kFloat32);
+}
+
+}  // namespace
+
+std::vector<double> expected_cost(const SearchSpace& space, const CostTarget& target, const std::vector<std::vector<double>>& probs) {
+  const SoftCostFn f(space, target);
+  std::vector<torch::Tensor> p;
+  for (const auto& v : probs) p.push_back(torch::tensor(v, torch::kFloat64));
+  std::vector<double> out;
+  for (const auto& t : f(p)) out.push_back(t.item<double>());
+  return out;
+}
+
+// ---- the search loop ------------------------------------------------------------------------
+
+namespace {
+
+struct State {
+  torch::Tensor theta, m, v, lambda;  // flat logits [sum C], Adam moments, multipliers [budgets]
+  int64_t step = 0, adam_steps = 0;
+};
+
+json budgets_json(const std::vector<Budget>& budgets) {
+  json j = json::array();
+  for (const auto& b : budgets)
+    j.push_back({{"metric", metric_name(b.metric)}, {"option", b.option}, {"limit", shown(b.metric, b.value)},
+                 {"teacher", shown(b.metric, b.teacher)}, {"at_least", b.at_least}});
+  return j;
+}
+
+json cost_json(const ExactCost& c, const std::vector<Budget>& budgets) {
+  json j = {{"params", c.params}, {"active_params", c.active_params}, {"fits", c.fits}};
+  if (c.memory_bytes > 0 || c.ttft_s > 0) {
+    j["memory_gb"] = c.memory_bytes / 1e9;
+    j["ttft_ms"] = c.ttft_s * 1e3;
+    j["tpot_ms"] = c.tpot_s * 1e3;
+    j["throughput"] = c.throughput_tok_s;
+  }
+  json per = json::array();
+  for (const auto& b : budgets)
+    per.push_back({{"option", b.option}, {"value", shown(b.metric, c.get(b.metric))}, {"limit", shown(b.metric, b.value)},
+                   {"meets", violation(b, c.get(b.metric)) <= 1e-12}});
+  j["budgets"] = per;
+  return j;
+}
+
+}  // namespace
+
+DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Comm world,
+                     const std::function<void(const json&)>& on_layout) {
+  using clock = std::chrono::steady_clock;
+  const auto t_start = clock::now();
+  if (o.out.empty()) throw InputError("--out", "value", "an output directory is required");
+  if (o.data.empty()) throw InputError("--data", "value", "at least one dataset is required");
+  if (o.steps <= 0) throw InputError("--steps", std::to_string(o.steps), "must be positive");
+  if (o.seq_len <= 0 || o.micro_batch <= 0) throw InputError("--seq-len/--micro-batch", "value", "must be positive");
+  if (!(o.tau_start > 0 && o.tau_end > 0)) throw InputError("--tau-start/--tau-end", "value", "must be positive");
+  if (o.hard_prob < 0 || o.hard_prob > 1) throw InputError("--hard-prob", fmt(o.hard_prob), "must be in [0, 1]");
+  if (o.warmup < 0 || o.warmup > 1) throw InputError("--budget-warmup", fmt(o.warmup), "must be in [0, 1]");
+  const dist::DtypeChoice dtype_choice = dist::choose_dtype(o.dtype);
+  const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
+
+  // ---- teacher, target, space, budgets: every check before any forward
+  const std::string teacher_path = checkpoint::resolve_checkpoint(o.teacher);
+  model::ArchSpec teacher_spec;
+  {
+    checkpoint::CheckpointReader r(teacher_path);
+    teacher_spec = checkpoint::checkpoint_arch(r);
+  }
+  std::optional<CostTarget> target;
+  const bool needs_target = o.constraints.needs_cost_model() || !o.hardware.empty() || !o.workload.empty();
+  if (needs_target) {
+    if (o.hardware.empty()) throw InputError("search", "--hardware", "memory, TTFT, TPOT and throughput budgets need --hardware");
+    if (o.workload.empty()) throw InputError("search", "--workload", "memory, TTFT, TPOT and throughput budgets need --workload");
+    target = CostTarget{load_hardware(o.hardware, o.configs_dir), load_engine(o.engine, o.configs_dir), load_workload(o.workload, o.configs_dir)};
+  }
+  const EngineProfile engine = target ? target->engine : load_engine(o.engine, o.configs_dir);
+  SpaceOptions so = o.space;
+  so.tp = o.tp;
+  const SearchSpace space = build_space(teacher_spec, scores, &engine, so, o.scores_source);
+  const std::vector<Budget> budgets = resolve_budgets(o.constraints, teacher_spec, target ? &*target : nullptr);
+  check_reachable(space, budgets, target ? &*target : nullptr);
+
+  dist::ParallelLayout layout(world, {o.tp, 0, 0});
+  if (const std::string why = model::tp_split_problem(teacher_spec, layout.tp_size()); !why.empty())
+    throw InputError(teacher_path, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
+  const bool root = layout.world_rank() == 0;
+  const int dp = layout.dp_size(), dp_rank = layout.dp_rank(), tp_rank = layout.tp_rank(), tp_size = layout.tp_size();
+  json layout_json = {{"world", layout.world_size()}, {"tp", tp_size}, {"dp", dp}, {"dtype", dtype_choice.dtype},
+                      {"dtype_reason", dtype_choice.reason}};
+  if (on_layout) on_layout(layout_json);
+  model::TpGroup tp{dist::make_mpi_communicator(layout.tp_mpi_comm())};
+  model::CausalLM teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
+
+  // ---- parameters
+  const size_t D = space.decisions.size();
+  std::vector<int64_t> offset(D + 1, 0);
+  for (size_t d = 0; d < D; ++d) offset[d + 1] = offset[d] + int64_t(space.decisions[d].choices.size());
+  const int64_t N = offset[D];
+  std::vector<torch::Tensor> prefix;
+  for (const auto& d : space.decisions) prefix.push_back(prefix_matrix(d));
+  torch::Tensor tp_summed = torch::zeros({N}, torch::kFloat64);  // 1 where the gradient is a partial sum over TP
+  for (size_t d = 0; d < D; ++d)
+    if (space.decisions[d].sharded()) tp_summed.narrow(0, offset[d], offset[d + 1] - offset[d]).fill_(1.0);
+  State st;
+  st.theta = torch::zeros({N}, torch::kFloat64);
+  for (size_t d = 0; d < D; ++d) st.theta[offset[d + 1] - 1] = 2.0;  // the teacher's choice starts at e^2 : 1
+  st.m = torch::zeros({N}, torch::kFloat64);
+  st.v = torch::zeros({N}, torch::kFloat64);
+  st.lambda = torch::zeros({int64_t(budgets.size())}, torch::kFloat64);
+
+  const std::string ckpt_dir = o.out + "/search";
+  const std::string metrics_path = o.out + "/metrics.jsonl";
+  if (root) fs::create_directories(ckpt_dir);
+  MPI_Barrier(world);
+  const json space_json = space.to_json();
+  const json budgets_j = budgets_json(budgets);
+
+  std::vector<data::BlendEntry> entries;
+  for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
+  auto sampler = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Train);
+  data::DataCursor cursor = data::DataCursor::start(*sampler);
+  // The candidates' scoring batches (checked here, before any forward).
+  std::shared_ptr<data::BlendedSampler> cal;
+  if (o.candidates > 1)
+    cal = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Calibration);
+  if (fs::exists(ckpt_dir + "/latest")) {
+    const std::string path = checkpoint::resolve_latest(ckpt_dir);
+    checkpoint::CheckpointReader r(path);
+    const json& a = r.attributes();
+    if (a.value("space", json()) != space_json || a.value("budgets", json()) != budgets_j)
+      throw InputError(path, "space", "the search checkpoint is of another search space or other budgets (a different search in the same --out?)");
+    st.theta = r.read("search/theta").to(torch::kFloat64);
+    st.m = r.read("search/adam_m").to(torch::kFloat64);
+    st.v = r.read("search/adam_v").to(torch::kFloat64);
+    if (!budgets.empty()) st.lambda = r.read("search/lambda").to(torch::kFloat64);
+    st.step = r.step();
+    st.adam_steps = a.at("adam_steps").get<int64_t>();
+    cursor = data::DataCursor::from_json(a.at("data_cursor"), path + ": data_cursor");
+    cursor.check_matches(*sampler, path + ": data_cursor");
+    if (root) {
+      distill::truncate_metrics(metrics_path, st.step);
+      std::cout << "resumed the search from " << path << " at step " << st.step << std::endl;
+    }
+  }
+  data::DataLoader loader(sampler, {o.micro_batch, dp_rank, dp}, cursor);
+
+  auto save = [&](const char* why) {
+    const auto t0 = clock::now();
+    const bool w = layout.world_rank() == 0;
+    std::vector<checkpoint::ShardedTensor> tensors = {
+        {"search/theta", {N}, {}, st.theta.contiguous(), w},
+        {"search/adam_m", {N}, {}, st.m.contiguous(), w},
+        {"search/adam_v", {N}, {}, st.v.contiguous(), w},
+    };
+    if (!budgets.empty()) tensors.push_back({"search/lambda", {int64_t(budgets.size())}, {}, st.lambda.contiguous(), w});
+    json attrs = {{"kind", "search"}, {"space", space_json}, {"budgets", budgets_j}, {"adam_steps", st.adam_steps},
+                  {"data_cursor", loader.cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_json}};
+    checkpoint::SaveOptions sopt;
+    sopt.keep_last = 2;
+    const std::string path = checkpoint::save_checkpoint(world, ckpt_dir, st.step, tensors, attrs, nullptr, sopt);
+    if (root)
+      std::cout << "search checkpoint " << path << " (" << why << ", " << std::fixed << std::setprecision(1)
+                << std::chrono::duration<double>(clock::now() - t0).count() << " s)" << std::endl;
+  };
+
+  // ---- cost
+  CostTarget cost_target = target ? *target
+                                   : CostTarget{load_hardware("h100", o.configs_dir), engine, load_workload("in-game", o.configs_dir)};
+  const SoftCostFn soft_cost(space, cost_target);  // parameter counts do not depend on the target
+  auto probs_of = [&](const torch::Tensor& logits) {
+    std::vector<torch::Tensor> p;
+    for (size_t d = 0; d < D; ++d) p.push_back(torch::softmax(logits.narrow(0, offset[d], offset[d + 1] - offset[d]), 0));
+    return p;
+  };
+
+  // ---- masks of one sample for this rank
+  SearchMasks masks;
+  const size_t L = teacher_spec.layers.size();
+  auto set_masks = [&](const std::vector<torch::Tensor>& y) {
+    masks.heads.assign(L, {});
+    masks.ffn.assign(L, {});
+    masks.mixer.assign(L, {});
+    masks.channel.assign(L, {});
+    masks.hidden = torch::Tensor();
+    auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]); };
+    if (space.hidden >= 0) masks.hidden = unit_mask(space.hidden);
+    for (size_t l = 0; l < L; ++l) {
+      if (space.attn[l] >= 0) {
+        const auto& a = *teacher_spec.layers[l].attention;
+        const int64_t hl = a.num_heads / tp_size;
+        masks.heads[l] = unit_mask(space.attn[l]).narrow(0, tp_rank * hl, hl).repeat_interleave(a.head_dim);
+      }
+      if (space.ffn[l] >= 0) {
+        const int64_t fl = teacher_spec.layers[l].mlp->ffn_size / tp_size;
+        masks.ffn[l] = unit_mask(space.ffn[l]).narrow(0, tp_rank * fl, fl);
+      }
+      if (space.mamba[l] >= 0) masks.mixer[l] = y[size_t(space.mamba[l])][1].to(torch::kFloat32);
+      if (space.moe[l] >= 0) masks.channel[l] = y[size_t(space.moe[l])][1].to(torch::kFloat32);
+    }
+  };
+
+  distill::KdOptions kd_opts;
+  kd_opts.temperature = o.temperature;
+  const int64_t vocab = teacher_spec.vocab_size;
+  const int64_t tokens_per_step = o.micro_batch * o.seq_len * dp;
+  std::ofstream metrics;
+  if (root) {
+    metrics.open(metrics_path, std::ios::app);
+    std::cout << "search: " << D << " decisions (" << N << " logits) over " << teacher_spec.layers.size() << " layers, TP "
+              << tp_size << " x DP " << dp << ", " << tokens_per_step << " tokens per step, steps " << st.step << " -> "
+              << o.steps << "\n"
+              << "dtype: " << dtype_choice.dtype << " (" << dtype_choice.reason << ")\n";
+    for (const auto& n : space.notes) std::cout << "  " << n << "\n";
+    for (const auto& b : budgets)
+      std::cout << "  budget " << b.option << ": " << (b.at_least ? ">= " : "<= ") << shown_text(b.metric, b.value)
+                << " (teacher " << shown_text(b.metric, b.teacher) << ")\n";
+    std::cout << std::flush;
+  }
+
+  distill::StopSignals signals;
+  DasResult res;
+  auto t_interval = clock::now();
+  int64_t interval_steps = 0;
+  double interval_kd = 0;
+  const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  while (st.step < o.steps) {
+    if (const int stop = signals.agree(world)) {
+      if (root) std::cout << "stop signal received (" << distill::signal_name(stop) << ") at step " << st.step << ": saving" << std::endl;
+      save("signal");
+      if (root) distill::requeue_after_signal(stop);
+      res.space = space;
+      res.budgets = budgets;
+      res.steps_done = st.step;
+      res.stopped = true;
+      return res;
+    }
+    const double frac = o.steps > 1 ? double(st.step) / double(o.steps - 1) : 1.0;
+    const double tau = o.tau_start * std::pow(o.tau_end / o.tau_start, frac);
+    // One architecture sample per step, the same on every rank: noise from (seed, step).
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + uint64_t(st.step) * 7919ULL + 17ULL);
+    torch::Tensor u = torch::rand({N + 1}, gen, torch::kFloat64).clamp(1e-12, 1.0 - 1e-12);
+    const bool hard = u[N].item<double>() < o.hard_prob;
+    torch::Tensor gumbel = -torch::log(-torch::log(u.narrow(0, 0, N)));
+
+    torch::Tensor theta = st.theta.clone().requires_grad_(true);
+    std::vector<torch::Tensor> y;
+    for (size_t d = 0; d < D; ++d) {
+      const int64_t c = offset[d + 1] - offset[d];
+      torch::Tensor s = torch::softmax((theta.narrow(0, offset[d], c) + gumbel.narrow(0, offset[d], c)) / tau, 0);
+      if (hard) {
+        torch::Tensor h = torch::zeros_like(s);
+        h[s.argmax().item<int64_t>()] = 1.0;
+        s = h - s.detach() + s;
+      }
+      y.push_back(s);
+    }
+    // The batch, the teacher's logits, the masked teacher's.
+    torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
+    loader.next(ids.data_ptr<int32_t>());
+    torch::Tensor input = ids.to(torch::kLong).narrow(1, 0, o.seq_len).contiguous();
+    torch::Tensor t_local;
+    {
+      torch::NoGradGuard ng;
+      teacher->set_observer(nullptr);
+      t_local = teacher->logits_local(teacher->hidden_states(input));
+      t_local = t_local.reshape({-1, t_local.size(-1)});
+    }
+    set_masks(y);
+    teacher->set_observer(&masks);
+    torch::Tensor s_local = teacher->logits_local(teacher->hidden_states(input));
+    teacher->set_observer(nullptr);
+    s_local = s_local.reshape({-1, s_local.size(-1)});
+    torch::Tensor kd = distill::vocab_parallel_kl(s_local, t_local, *tp.comm, vocab, kd_opts);
+    kd.backward();
+    torch::Tensor g = theta.grad().clone();
+    // Units split over TP: each rank saw its own; the rest is replicated and already whole.
+    if (tp_size > 1) {
+      torch::Tensor part = g * tp_summed;
+      layout.tp().all_reduce(part, dist::ReduceOp::Sum);
+      g = g * (1.0 - tp_summed) + part;
+    }
+    double kd_value = kd.item<double>();
+    {
+      torch::Tensor pack = torch::cat({g, torch::full({1}, kd_value, torch::kFloat64)});
+      if (dp > 1) layout.dp().all_reduce(pack, dist::ReduceOp::Avg);
+      g = pack.narrow(0, 0, N).clone();
+      kd_value = pack[N].item<double>();
+    }
+    // Budgets on the expected cost of the current distribution, ramped from the teacher's value.
+    torch::Tensor theta_c = st.theta.clone().requires_grad_(true);
+    const std::vector<torch::Tensor> soft = soft_cost(probs_of(theta_c));
+    const double ramp = o.warmup > 0 ? std::min(1.0, double(st.step) / (o.warmup * double(o.steps))) : 1.0;
+    torch::Tensor penalty = torch::zeros({}, torch::kFloat64);
+    std::vector<double> viol(budgets.size()), soft_values(budgets.size()), limits(budgets.size());
+    for (size_t i = 0; i < budgets.size(); ++i) {
+      const Budget& b = budgets[i];
+      Budget now = b;
+      now.value = b.teacher + (b.value - b.teacher) * ramp;
+      limits[i] = now.value;
+      const torch::Tensor& x = soft[size_t(b.metric)];
+      soft_values[i] = x.item<double>();
+      torch::Tensor v = b.at_least ? 1.0 - x / now.value : x / now.value - 1.0;
+      viol[i] = v.item<double>();
+      const double lam = st.lambda[int64_t(i)].item<double>();
+      penalty = penalty + (torch::relu(lam + o.rho * v).pow(2) - lam * lam) / (2.0 * o.rho);
+    }
+    if (!budgets.empty()) {
+      penalty.backward();
+      g = g + theta_c.grad();
+    }
+    // Adam on the logits; multipliers by gradient ascent (clamped at 0).
+    ++st.adam_steps;
+    st.m = beta1 * st.m + (1 - beta1) * g;
+    st.v = beta2 * st.v + (1 - beta2) * g * g;
+    const double bc1 = 1 - std::pow(beta1, double(st.adam_steps)), bc2 = 1 - std::pow(beta2, double(st.adam_steps));
+    st.theta = st.theta - o.lr * (st.m / bc1) / ((st.v / bc2).sqrt() + eps);
+    for (size_t i = 0; i < budgets.size(); ++i)
+      st.lambda[int64_t(i)] = std::max(0.0, st.lambda[int64_t(i)].item<double>() + o.rho * viol[i]);
+    // Bitwise the same logits on every rank.
+    MPI_Bcast(st.theta.data_ptr<double>(), int(N), MPI_DOUBLE, 0, world);
+    ++st.step;
+    interval_kd += kd_value;
+    ++interval_steps;
+
+    if (st.step % o.log_interval == 0 || st.step == o.steps) {
+      const double dt = std::chrono::duration<double>(clock::now() - t_interval).count();
+      const double tok_s = double(tokens_per_step * interval_steps) / std::max(dt, 1e-9);
+      const double eta = dt / double(interval_steps) * double(o.steps - st.step);
+      double entropy = 0;
+      for (const auto& p : probs_of(st.theta)) {
+        const double n = double(p.numel());
+        entropy += n > 1 ? -(p * (p + 1e-30).log()).sum().item<double>() / std::log(n) : 0.0;
+      }
+      entropy /= double(D);
+      if (root) {
+        json line = {{"step", st.step}, {"kd_loss", interval_kd / double(interval_steps)}, {"tau", tau},
+                     {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard},
+                     {"elapsed_s", std::chrono::duration<double>(clock::now() - t_start).count()}};
+        std::ostringstream os;
+        os << "search " << st.step << "/" << o.steps << " | kd " << std::fixed << std::setprecision(4)
+           << interval_kd / double(interval_steps);
+        json cons = json::array();
+        for (size_t i = 0; i < budgets.size(); ++i) {
+          const Budget& b = budgets[i];
+          cons.push_back({{"option", b.option}, {"soft", shown(b.metric, soft_values[i])}, {"limit", shown(b.metric, limits[i])},
+                          {"budget", shown(b.metric, b.value)}, {"multiplier", st.lambda[int64_t(i)].item<double>()}});
+          os << " | " << metric_name(b.metric) << " " << std::setprecision(4) << shown(b.metric, soft_values[i]) << "/"
+             << shown(b.metric, limits[i]) << " (lambda " << std::setprecision(3) << st.lambda[int64_t(i)].item<double>() << ")";
+        }
+        line["budgets"] = cons;
+        metrics << line.dump() << "\n" << std::flush;
+        os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | "
+           << std::setprecision(0) << tok_s << " tok/s | ETA " << dist::format_duration(eta);
+        std::cout << os.str() << std::endl;
+      }
+      interval_kd = 0;
+      interval_steps = 0;
+      t_interval = clock::now();
+    }
+    if ((o.save_interval > 0 && st.step % o.save_interval == 0) || st.step == o.steps) {
+      save(st.step == o.steps ? "final" : "interval");
+      t_interval = clock::now();
+    }
+  }
+
+  // ---- discretize, verify, repair, prune
+  std::vector<int> pick(D);
+  std::vector<std::vector<double>> lp(D);
+  for (size_t d = 0; d < D; ++d) {
+    torch::Tensor l = torch::log_softmax(st.theta.narrow(0, offset[d], offset[d + 1] - offset[d]), 0).contiguous();
+    lp[d].assign(l.data_ptr<double>(), l.data_ptr<double>() + l.numel());
+    pick[d] = int(l.argmax().item<int64_t>());
+  }
+  res.space = space;
+  res.budgets = budgets;
+  res.argmax = pick;
+  res.steps_done = st.step;
+  const CostTarget* tgt = target ? &*target : nullptr;
+  // Candidates: the argmax and samples of the final distribution (the same on every rank),
+  // each repaired; duplicates after repair are scored once.
+  {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 7777ULL + 3ULL);
+    std::vector<std::pair<std::string, std::vector<int>>> raw = {{"argmax", pick}};
+    const auto probs = probs_of(st.theta);
+    for (int k = 1; k < std::max(1, o.candidates); ++k) {
+      std::vector<int> p(D);
+      for (size_t d = 0; d < D; ++d) p[d] = int(torch::multinomial(probs[d], 1, false, gen).item<int64_t>());
+      raw.push_back({"sample " + std::to_string(k), p});
+    }
+    for (auto& [src, p] : raw) {
+      RepairResult rr = repair(space, p, lp, budgets, tgt);
+      bool seen = false;
+      for (const auto& c : res.candidates) seen = seen || c.repaired.pick == rr.pick;
+      if (!seen) res.candidates.push_back({src, p, std::move(rr), 0.0});
+    }
+  }
+  // Score them as hard models (one-hot masks) on calibration batches: the teacher's logits once
+  // per batch, then each candidate's.
+  if (res.candidates.size() > 1) {
+    const auto t0 = clock::now();
+    data::DataLoader cal_loader(cal, {o.micro_batch, dp_rank, dp}, data::DataCursor::start(*cal));
+    torch::NoGradGuard ng;
+    std::vector<double> kd_sum(res.candidates.size(), 0.0);
+    for (int64_t b = 0; b < o.score_batches; ++b) {
+      torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
+      cal_loader.next(ids.data_ptr<int32_t>());
+      torch::Tensor input = ids.to(torch::kLong).narrow(1, 0, o.seq_len).contiguous();
+      torch::Tensor tl = teacher->logits_local(teacher->hidden_states(input));
+      tl = tl.reshape({-1, tl.size(-1)});
+      for (size_t c = 0; c < res.candidates.size(); ++c) {
+        std::vector<torch::Tensor> y;
+        for (size_t d = 0; d < D; ++d) {
+          torch::Tensor h = torch::zeros({offset[d + 1] - offset[d]}, torch::kFloat64);
+          h[res.candidates[c].repaired.pick[d]] = 1.0;
+          y.push_back(h);
+        }
+        set_masks(y);
+        teacher->set_observer(&masks);
+        torch::Tensor sl = teacher->logits_local(teacher->hidden_states(input));
+        teacher->set_observer(nullptr);
+        kd_sum[c] += distill::vocab_parallel_kl(sl.reshape({-1, sl.size(-1)}), tl, *tp.comm, vocab, kd_opts).item<double>();
+      }
+    }
+    torch::Tensor k = torch::tensor(kd_sum, torch::kFloat64);
+    if (dp > 1) layout.dp().all_reduce(k, dist::ReduceOp::Avg);
+    for (size_t c = 0; c < res.candidates.size(); ++c) res.candidates[c].kd = k[int64_t(c)].item<double>() / double(o.score_batches);
+    if (root)
+      std::cout << "scored " << res.candidates.size() << " distinct candidates as hard models on " << o.score_batches
+                << " calibration batches in " << dist::format_duration(std::chrono::duration<double>(clock::now() - t0).count())
+                << std::endl;
+  }
+  res.chosen = 0;
+  for (size_t c = 1; c < res.candidates.size(); ++c)
+    if (res.candidates[c].kd < res.candidates[size_t(res.chosen)].kd) res.chosen = int(c);
+  res.repaired = res.candidates[size_t(res.chosen)].repaired;
+  res.student = space.spec(res.repaired.pick);
+  model::validate(res.student, "search student");
+  if (root) {
+    const ExactCost tc = exact_cost(teacher_spec, tgt), ac = exact_cost(space.spec(pick), tgt);
+    json layers = json::array();
+    for (size_t l = 0; l < L; ++l) {
+      const auto& t = teacher_spec.layers[l];
+      const auto& s = res.student.layers[l];
+      json e = {{"layer", l}, {"teacher_kind", model::layer_kind(t)}, {"student_kind", model::layer_kind(s)}};
+      if (t.attention) e["attn_heads"] = {t.attention->num_heads, s.attention ? s.attention->num_heads : 0};
+      if (t.mlp) e["ffn"] = {t.mlp->ffn_size, s.mlp ? s.mlp->ffn_size : 0};
+      if (t.mamba) e["mamba"] = {1, s.mamba ? 1 : 0};
+      if (t.moe) e["moe"] = {1, s.moe ? 1 : 0};
+      layers.push_back(e);
+    }
+    json steps = json::array();
+    for (const auto& r : res.repaired.steps) steps.push_back({{"action", r.action}, {"move", r.what}});
+    json probs = json::array();
+    for (size_t d = 0; d < D; ++d) {
+      std::vector<double> p;
+      for (double x : lp[d]) p.push_back(std::exp(x));
+      probs.push_back({{"axis", space.decisions[d].axis}, {"layer", space.decisions[d].layer}, {"choices", space.decisions[d].choices},
+                       {"probs", p}});
+    }
+    json report = {{"format", "autocompress.search_report"},
+                   {"version", 1},
+                   {"teacher", teacher_path},
+                   {"hardware", target ? target->hardware.id : ""},
+                   {"engine", engine.id},
+                   {"workload", target ? target->workload.id : ""},
+                   {"hidden", {teacher_spec.hidden_size, res.student.hidden_size}},
+                   {"steps", st.step},
+                   {"budgets", budgets_j},
+                   {"space", space_json},
+                   {"teacher_cost", cost_json(tc, budgets)},
+                   {"argmax_cost", cost_json(ac, budgets)},
+                   {"student_cost", cost_json(res.repaired.cost, budgets)},
+                   {"repair", steps},
+                   {"binding", res.repaired.binding >= 0 ? budgets[size_t(res.repaired.binding)].option : ""},
+                   {"binding_use", res.repaired.binding_use},
+                   {"slack_reason", res.repaired.slack_reason},
+                   {"layers", layers},
+                   {"final_probs", probs}};
+    json cands = json::array();
+    for (size_t c = 0; c < res.candidates.size(); ++c) {
+      const auto& x = res.candidates[c];
+      cands.push_back({{"source", x.source}, {"kd_loss", x.kd}, {"chosen", int(c) == res.chosen},
+                       {"repair_steps", x.repaired.steps.size()}, {"params", x.repaired.cost.params},
+                       {"binding_use", x.repaired.binding_use}});
+    }
+    report["candidates"] = cands;
+    report["chosen"] = res.candidates[size_t(res.chosen)].source;
+    if (target) {
+      report["teacher_prediction"] = predict(teacher_spec, target->hardware, target->engine, target->workload).to_json();
+      report["student_prediction"] = predict(res.student, target->hardware, target->engine, target->workload).to_json();
+    }
+    model::save_arch(res.student, o.out + "/arch.json");
+    std::ofstream(o.out + "/search_report.json.tmp") << report.dump(2) << "\n";
+    fs::rename(o.out + "/search_report.json.tmp", o.out + "/search_report.json");
+    std::cout << "search done in " << dist::format_duration(std::chrono::duration<double>(clock::now() - t_start).count())
+              << ": chose " << res.candidates[size_t(res.chosen)].source << " of " << res.candidates.size()
+              << " candidates (hard KD " << fmt(res.candidates[size_t(res.chosen)].kd, 4) << "), " << res.repaired.steps.size()
+              << " repair steps; student "
+              << fmt(res.repaired.cost.params / 1e6, 5) << "M parameters (teacher " << fmt(tc.params / 1e6, 5) << "M)";
+    for (const auto& b : budgets)
+      std::cout << "; " << b.option << " " << shown_text(b.metric, res.repaired.cost.get(b.metric)) << " <= "
+                << shown_text(b.metric, b.value);
+    std::cout << "\n";
+    if (!res.repaired.slack_reason.empty()) std::cout << "budget use " << fmt(100 * res.repaired.binding_use, 3) << "%: " << res.repaired.slack_reason << "\n";
+    std::cout << std::flush;
+  }
+  MPI_Barrier(world);
+  PruneOptions po;
+  po.tp = o.tp;
+  po.student_source = o.out + "/arch.json";
+  po.scores_source = o.scores_source;
+  res.student_path = prune_checkpoint(world, teacher_path, scores, res.student, o.out + "/student", po).path;
+  return res;
+}
+
+}  // namespace ac::search

@@ -1,0 +1,362 @@
+// The AutoCompress search (search/das.h): the soft cost equals the exact cost model at hard
+// picks; every repaired pick meets every budget by the exact model (random budgets on toy
+// teachers); impossible budgets and bad axes are refused before any forward; on a toy teacher
+// whose data it generated itself, dead units and a dead sublayer are what the search removes;
+// two targets with different binding costs give different students; TP 2 x DP 2 equals TP 1;
+// a resumed search ends where an uninterrupted one does, bitwise.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "checkpoint/checkpoint.h"
+#include "data/indexed_dataset.h"
+#include "dist/error.h"
+#include "search/costmodel/cost_model.h"
+#include "search/costmodel/differentiable.h"
+#include "search/das.h"
+#include "search/prune.h"
+#include "tests/search/prune_test_util.h"
+
+using namespace ac;
+using namespace ac::prune_test;
+
+namespace {
+
+// Llama-style toy: 4 layers, hidden 64, 8 heads in 4 KV groups, FFN 128.
+model::ArchSpec toy_spec() {
+  model::ArchSpec s = llama_spec();
+  s.name = "das-toy";
+  s.layers.assign(4, s.layers[0]);
+  return s;
+}
+
+search::CostTarget target(const std::string& hw, const std::string& engine, const std::string& workload) {
+  const std::string dir = search::default_configs_dir();
+  return {search::load_hardware(hw, dir), search::load_engine(engine, dir), search::load_workload(workload, dir)};
+}
+
+search::SearchSpace toy_space(const model::ArchSpec& spec, const search::EngineProfile* engine = nullptr, int tp = 1) {
+  search::SpaceOptions o;
+  o.tp = tp;
+  return search::build_space(spec, full_scores(spec, 3), engine, o);
+}
+
+std::vector<int> random_pick(const search::SearchSpace& s, std::mt19937& rng) {
+  std::vector<int> p;
+  for (const auto& d : s.decisions) p.push_back(int(std::uniform_int_distribution<int>(0, int(d.choices.size()) - 1)(rng)));
+  return p;
+}
+
+std::string what(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Das, SpaceFollowsTheEngine) {
+  const auto spec = toy_spec();
+  const auto local = target("h100", "local-eager", "in-game").engine;
+  const auto vllm = target("h100", "vllm", "in-game").engine;
+  const auto s = toy_space(spec, &local);
+  ASSERT_GE(s.hidden, 0);
+  EXPECT_EQ(s.decisions[size_t(s.hidden)].choices, (std::vector<int64_t>{16, 32, 48, 64}));
+  for (size_t l = 0; l < 4; ++l) {
+    ASSERT_GE(s.attn[l], 0);
+    EXPECT_EQ(s.decisions[size_t(s.attn[l])].choices, (std::vector<int64_t>{0, 1, 2}));  // heads per KV group, 0 = removed
+    ASSERT_GE(s.ffn[l], 0);
+    EXPECT_EQ(s.decisions[size_t(s.ffn[l])].choices, (std::vector<int64_t>{0, 32, 64, 96, 128}));
+  }
+  auto back = s.spec(s.teacher_pick());
+  back.name = spec.name;
+  EXPECT_EQ(model::arch_to_json(back), model::arch_to_json(spec));
+  // vLLM's DeciLM format has no per-layer query-head count: attention is kept or removed only.
+  const auto v = toy_space(spec, &vllm);
+  EXPECT_EQ(v.decisions[size_t(v.attn[0])].choices, (std::vector<int64_t>{0, 2}));
+  bool noted = false;
+  for (const auto& n : v.notes) noted = noted || n.find("attn_heads: held, vllm") != std::string::npos;
+  EXPECT_TRUE(noted);
+  // Asking for it is refused, naming the option and the engine.
+  search::SpaceOptions o;
+  o.axes = {"hidden", "attn_heads"};
+  EXPECT_NE(what([&] { search::build_space(spec, full_scores(spec, 3), &vllm, o); }).find("--axes: attn_heads"), std::string::npos);
+  o.axes = {"hidden", "depth"};
+  EXPECT_NE(what([&] { search::build_space(spec, full_scores(spec, 3), &local, o); }).find("unknown axis"), std::string::npos);
+  // Choices that do not split over TP 2 are refused by name.
+  o.axes = {"ffn"};
+  o.tp = 2;
+  o.choices = {{"ffn", {63, 128}}};
+  EXPECT_NE(what([&] { search::build_space(spec, full_scores(spec, 3), &local, o); }).find("--choices: ffn=63,128"), std::string::npos);
+  // At TP 2 the default grid keeps only splittable choices.
+  o.choices.clear();
+  o.axes = {"attn_heads"};
+  const auto t2 = search::build_space(spec, full_scores(spec, 3), &local, o);
+  EXPECT_EQ(t2.decisions[size_t(t2.attn[0])].choices, (std::vector<int64_t>{1, 2}));
+}
+
+TEST(Das, SoftCostAtHardPicksIsTheExactCost) {
+  // The search's expected cost is the exact cost model at one-hot probabilities, for every
+  // metric, on a dense and on a hybrid teacher.
+  std::mt19937 rng(5);
+  for (const auto& spec : {toy_spec(), hybrid_spec()}) {
+    const auto tg = target("h100", "local-eager", "long-context-coding");
+    const auto space = toy_space(spec, &tg.engine);
+    for (int trial = 0; trial < 12; ++trial) {
+      const auto pick = trial == 0 ? space.teacher_pick() : trial == 1 ? space.smallest_pick() : random_pick(space, rng);
+      const auto exact = search::exact_cost(space.spec(pick), &tg);
+      std::vector<std::vector<double>> onehot;
+      for (size_t d = 0; d < space.decisions.size(); ++d) {
+        onehot.emplace_back(space.decisions[d].choices.size(), 0.0);
+        onehot.back()[size_t(pick[d])] = 1.0;
+      }
+      const auto soft = search::expected_cost(space, tg, onehot);
+      const double want[] = {exact.params, exact.active_params, exact.memory_bytes, exact.ttft_s, exact.tpot_s, exact.throughput_tok_s};
+      for (int m = 0; m < 6; ++m) EXPECT_NEAR(soft[size_t(m)] / want[m], 1.0, 1e-9) << spec.name << " trial " << trial << " metric " << m;
+    }
+  }
+}
+
+TEST(Das, RepairMeetsEveryBudgetByTheExactModel) {
+  // Property test: random budgets (1-3 of them, ratios of the teacher's value) from random
+  // starting picks and random logits; the repaired pick meets all of them, or the budget was
+  // refused as unreachable up front.
+  std::mt19937 rng(11);
+  const auto tg = target("h100", "local-eager", "in-game");
+  int repaired = 0, refused = 0;
+  for (const auto& spec : {toy_spec(), hybrid_spec()}) {
+    const auto space = toy_space(spec, &tg.engine);
+    for (int trial = 0; trial < 40; ++trial) {
+      search::SearchConstraints c;
+      std::uniform_real_distribution<double> r(0.05, 0.95);
+      const int n = 1 + trial % 3;
+      for (int k = 0; k < n; ++k) {
+        switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
+          case 0: c.params_ratio = r(rng); break;
+          case 1: c.memory_ratio = r(rng); break;
+          case 2: c.ttft_ratio = r(rng); break;
+          case 3: c.tpot_ratio = r(rng); break;
+          default: c.throughput_ratio = 1.0 / r(rng); break;
+        }
+      }
+      const auto budgets = search::resolve_budgets(c, spec, &tg);
+      try {
+        search::check_reachable(space, budgets, &tg);
+      } catch (const InputError& e) {
+        ++refused;
+        EXPECT_NE(std::string(e.what()).find("reachable"), std::string::npos) << e.what();
+        continue;
+      }
+      std::vector<std::vector<double>> lp;
+      for (const auto& d : space.decisions) {
+        std::vector<double> v;
+        for (size_t k = 0; k < d.choices.size(); ++k) v.push_back(-std::uniform_real_distribution<double>(0, 3)(rng));
+        lp.push_back(v);
+      }
+      const auto res = search::repair(space, random_pick(space, rng), lp, budgets, &tg);
+      const auto exact = search::exact_cost(space.spec(res.pick), &tg);
+      EXPECT_TRUE(exact.fits);
+      for (const auto& b : budgets) EXPECT_LE(search::violation(b, exact.get(b.metric)), 1e-12) << b.option << " trial " << trial;
+      // Uses the budget: either the binding one is within 5% or the reason is stated.
+      EXPECT_TRUE(res.binding_use >= 0.95 || !res.slack_reason.empty()) << trial;
+      ++repaired;
+    }
+  }
+  EXPECT_GT(repaired, 30);
+  EXPECT_GT(refused, 0);
+}
+
+TEST(Das, ImpossibleBudgetIsRefusedWithTheSmallestReachableValue) {
+  const auto spec = toy_spec();
+  const auto tg = target("h100", "vllm", "in-game");
+  const auto space = toy_space(spec, &tg.engine);
+  search::SearchConstraints c;
+  c.absolute.params = 1000;  // below the embedding alone
+  const auto budgets = search::resolve_budgets(c, spec, &tg);
+  const std::string msg = what([&] { search::check_reachable(space, budgets, &tg); });
+  EXPECT_NE(msg.find("--target-params"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("below the smallest reachable value"), std::string::npos) << msg;
+  const double smallest = search::exact_cost(space.spec(space.smallest_pick()), &tg).params;
+  std::ostringstream v;
+  v << std::setprecision(5) << smallest / 1e6 << "M";
+  EXPECT_NE(msg.find(v.str()), std::string::npos) << msg << " wants " << v.str();
+  search::SearchConstraints bad;
+  bad.tpot_ratio = 1.5;
+  EXPECT_NE(what([&] { search::resolve_budgets(bad, spec, &tg); }).find("--target-tpot-ms-ratio"), std::string::npos);
+  bad = {};
+  bad.absolute.tpot_ms = 1;
+  EXPECT_NE(what([&] { search::resolve_budgets(bad, spec, nullptr); }).find("--hardware"), std::string::npos);
+}
+
+namespace {
+
+// The toy teacher with dead parts: layer 2's MLP and FFN neurons 64..127 of layer 0 carry
+// nothing (down_proj columns zero); data sampled from the teacher itself.
+struct ToyRun {
+  std::string dir;
+  model::CausalLM teacher{nullptr};
+  search::ImportanceScores scores;
+};
+
+ToyRun make_toy(const std::string& name) {
+  ToyRun t;
+  t.dir = shared_dir(name);
+  const auto spec = toy_spec();
+  t.teacher = make_teacher(spec, [](model::CausalLM& m) {
+    torch::NoGradGuard ng;
+    param(m, "layers.2.mlp.down_proj.weight").zero_();
+    param(m, "layers.0.mlp.down_proj.weight").narrow(1, 64, 64).zero_();
+    param(m, "lm_head.weight").mul_(3.0);
+  });
+  save_teacher(t.teacher, t.dir + "/teacher");
+  if (world_rank() == 0) {
+    torch::NoGradGuard ng;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    torch::Tensor seq = torch::randint(0, spec.vocab_size, {64, 1}, gen), next = seq;
+    auto cache = t.teacher->new_cache();
+    for (int i = 1; i < 40; ++i) {
+      auto probs = torch::softmax(t.teacher->forward(next, &cache).select(1, 0), -1);
+      next = torch::multinomial(probs, 1, true, gen);
+      seq = torch::cat({seq, next}, 1);
+    }
+    data::IndexedDatasetWriter w(t.dir + "/data", data::DType::U16);
+    auto s = seq.contiguous();
+    for (int64_t d = 0; d < s.size(0); ++d) w.add_document(s[d].data_ptr<int64_t>(), size_t(s.size(1)));
+    w.finalize();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  t.scores = full_scores(spec, 4);
+  for (int j = 64; j < 128; ++j) t.scores.layers[0].mlp_neurons[size_t(j)] = 0;
+  for (auto& x : t.scores.layers[2].mlp_neurons) x = 0;
+  return t;
+}
+
+search::DasOptions toy_options(const ToyRun& t, const std::string& out) {
+  search::DasOptions o;
+  o.teacher = t.dir + "/teacher";
+  o.out = t.dir + "/" + out;
+  o.data = {t.dir + "/data"};
+  o.split = "70,29,1";
+  o.seq_len = 32;
+  o.micro_batch = 4;
+  o.steps = 40;
+  o.dtype = "f32";
+  o.hardware = "h100";
+  o.engine = "local-eager";
+  o.workload = "in-game";
+  o.log_interval = 10;
+  o.save_interval = 20;
+  return o;
+}
+
+torch::Tensor final_theta(const std::string& out) {
+  checkpoint::CheckpointReader r(checkpoint::resolve_latest(out + "/search"));
+  return r.read("search/theta");
+}
+
+}  // namespace
+
+TEST(DasSearch, RemovesWhatCarriesNothing) {
+  ToyRun t = make_toy("das-dead");
+  const auto spec = toy_spec();
+  // Budget: exactly the teacher without its dead parts.
+  model::ArchSpec want = spec;
+  want.layers[2].mlp.reset();
+  want.layers[0].mlp->ffn_size = 64;
+  auto o = toy_options(t, "out");
+  o.constraints.absolute.params = double(model::count_params(want).total());
+  o.tp = world_size() % 2 == 0 ? 2 : 1;
+  bool manifest = false;
+  const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD, [&](const nlohmann::json&) { manifest = true; });
+  EXPECT_TRUE(manifest);
+  EXPECT_LE(r.repaired.cost.params, o.constraints.absolute.params);
+  const auto& s = r.student;
+  EXPECT_FALSE(s.layers[2].mlp.has_value()) << model::arch_to_json(s).dump();
+  ASSERT_TRUE(s.layers[0].mlp.has_value());
+  EXPECT_EQ(s.layers[0].mlp->ffn_size, 64) << model::arch_to_json(s).dump();
+  EXPECT_EQ(s.hidden_size, 64);
+  for (int l : {1, 3}) {
+    ASSERT_TRUE(s.layers[size_t(l)].mlp && s.layers[size_t(l)].attention);
+    EXPECT_EQ(s.layers[size_t(l)].mlp->ffn_size, 128);
+    EXPECT_EQ(s.layers[size_t(l)].attention->num_heads, 8);
+  }
+  // The pruned student keeps the teacher's function (only dead units went).
+  auto st = load_student(o.out + "/student");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
+  EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
+  // The outputs.
+  EXPECT_EQ(model::arch_to_json(model::load_arch(o.out + "/arch.json")), model::arch_to_json(s));
+  std::ifstream rep(o.out + "/search_report.json");
+  const auto j = nlohmann::json::parse(rep);
+  EXPECT_EQ(j["format"], "autocompress.search_report");
+  EXPECT_TRUE(j["student_cost"]["budgets"][0]["meets"].get<bool>());
+  EXPECT_EQ(j["layers"].size(), 4u);
+  std::ifstream metrics(o.out + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  EXPECT_EQ(lines, 4);
+}
+
+TEST(DasSearch, TwoTargetsGiveDifferentStudentsEachWithinItsBudget) {
+  ToyRun t = make_toy("das-targets");
+  auto decode = toy_options(t, "tpot");
+  decode.constraints.tpot_ratio = 0.8;  // latency-bound decode on an H100
+  auto longctx = toy_options(t, "memory");
+  longctx.workload = "long-context-128k";
+  longctx.constraints.memory_ratio = 0.8;  // memory-bound: the KV cache of 128K tokens
+  decode.steps = longctx.steps = 30;
+  const auto a = search::run_search(decode, t.scores, MPI_COMM_WORLD);
+  const auto b = search::run_search(longctx, t.scores, MPI_COMM_WORLD);
+  EXPECT_NE(model::arch_to_json(a.student), model::arch_to_json(b.student));
+  const auto ta = target("h100", "local-eager", "in-game"), tb = target("h100", "local-eager", "long-context-128k");
+  for (const auto& bud : a.budgets) EXPECT_LE(search::violation(bud, search::exact_cost(a.student, &ta).get(bud.metric)), 1e-12);
+  for (const auto& bud : b.budgets) EXPECT_LE(search::violation(bud, search::exact_cost(b.student, &tb).get(bud.metric)), 1e-12);
+}
+
+TEST(DasSearch, ResumeIsBitwiseAndTpDpEqualsOneRank) {
+  ToyRun t = make_toy("das-resume");
+  auto o = toy_options(t, "full");
+  o.steps = 8;
+  o.save_interval = 4;
+  o.constraints.params_ratio = 0.7;
+  o.tp = world_size() % 2 == 0 ? 2 : 1;
+  o.micro_batch = 8 / world_size() * o.tp;  // the same global batch at any world size
+  search::run_search(o, t.scores, MPI_COMM_WORLD);
+  // A second run in a fresh directory that starts from the first run's step-4 checkpoint.
+  auto resumed = o;
+  resumed.out = t.dir + "/resumed";
+  if (world_rank() == 0) {
+    fs::create_directories(resumed.out + "/search");
+    fs::copy_file(o.out + "/search/step_4.h5", resumed.out + "/search/step_4.h5");
+    std::ofstream(resumed.out + "/search/latest") << "step_4.h5\n";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto r = search::run_search(resumed, t.scores, MPI_COMM_WORLD);
+  EXPECT_EQ(r.steps_done, 8);
+  EXPECT_TRUE(torch::equal(final_theta(o.out), final_theta(resumed.out)));
+  // The same search on rank 0 alone (TP 1 x DP 1, one micro-batch of the whole global batch).
+  if (world_size() > 1) {
+    MPI_Comm one;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
+    if (world_rank() == 0) {
+      auto single = o;
+      single.out = t.dir + "/single";
+      single.tp = 1;
+      single.micro_batch = 8;
+      search::run_search(single, t.scores, one);
+      const auto a = final_theta(o.out), b = final_theta(single.out);
+      EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
+      MPI_Comm_free(&one);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
