@@ -1101,7 +1101,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     fs::rename(o.out + "/search_report.json.tmp", o.out + "/search_report.json");
     std::cout << "search done in " << dist::format_duration(std::chrono::duration<double>(clock::now() - t_start).count())
               << ": chose " << res.candidates[size_t(res.chosen)].source << " of " << res.candidates.size()
-              << " candidates (hard KD " << fmt(res.candidates[size_t(res.chosen)].kd, 4) << "), " << res.repaired.steps.size()
+              << (res.candidates.size() > 1 ? " candidates (hard KD " + fmt(res.candidates[size_t(res.chosen)].kd, 4) + ")"
+                                             : " candidates (the only distinct one after repair: not scored)")
+              << ", " << res.repaired.steps.size()
               << " repair steps; student "
               << fmt(res.repaired.cost.params / 1e6, 5) << "M parameters (teacher " << fmt(tc.params / 1e6, 5) << "M)";
     for (const auto& b : budgets)
