@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "dist/error.h"
+#include "dist/mpi_singleton.h"
 
 namespace ac::dist {
 namespace {
@@ -32,10 +33,13 @@ bool local_rank_from_env(int* rank, std::string* source) {
 
 }  // namespace
 
+void prefer_isolated_singleton() { setenv("OMPI_MCA_ess_singleton_isolated", "1", 0); }
+
 Runtime::Runtime(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
+    prefer_isolated_singleton();
     MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &thread_level_);
     owns_mpi_ = true;
   } else {

@@ -66,17 +66,36 @@ int run_inspect(const po::variables_map& vm, RunContext& ctx) {
 
 int run_verify(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
-  const std::string path = resolve(vm["path"].as<std::string>());
-  checkpoint::CheckpointReader r(path);
-  auto problems = r.verify(!vm["no-checksums"].as<bool>());
-  const bool model = r.attributes().contains(checkpoint::kArchSpecAttribute);
-  for (auto& p : checkpoint::verify_model_shapes(r)) problems.push_back(std::move(p));
-  for (const auto& p : problems) std::cerr << "autocompress: error: " << p << "\n";
-  if (!problems.empty()) return kExitUsage;
-  std::cout << path << ": ok (" << r.datasets().size() << " datasets readable"
-            << (vm["no-checksums"].as<bool>() ? "" : ", checksums match")
-            << (model ? ", shapes match the ArchSpec" : "") << ")\n";
-  return kExitOk;
+  const bool checksums = !vm["no-checksums"].as<bool>();
+  // Several paths: each is verified and reported on its own line; the exit code is 2 when any
+  // of them has a problem (or does not open), after all were tried.
+  const auto paths = vm["path"].as<std::vector<std::string>>();
+  int rc = kExitOk;
+  for (const auto& arg : paths) {
+    std::vector<std::string> problems;
+    std::string path = arg;
+    size_t datasets = 0;
+    bool model = false;
+    try {
+      path = resolve(arg);
+      checkpoint::CheckpointReader r(path);
+      problems = r.verify(checksums);
+      model = r.attributes().contains(checkpoint::kArchSpecAttribute);
+      for (auto& p : checkpoint::verify_model_shapes(r)) problems.push_back(std::move(p));
+      datasets = r.datasets().size();
+    } catch (const InputError& e) {
+      if (paths.size() == 1) throw;
+      problems.push_back(e.what());
+    }
+    for (const auto& p : problems) std::cerr << "autocompress: error: " << p << "\n";
+    if (!problems.empty()) {
+      rc = kExitUsage;
+      continue;
+    }
+    std::cout << path << ": ok (" << datasets << " datasets readable" << (checksums ? ", checksums match" : "")
+              << (model ? ", shapes match the ArchSpec" : "") << ")\n";
+  }
+  return rc;
 }
 
 int run_import(const po::variables_map& vm, RunContext& ctx) {
@@ -109,12 +128,14 @@ AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint inspect", "layout, tensors, shape
                                      d.add_options()("json", po::bool_switch(), "print JSON");
                                    },
                                    run_inspect, path_positional}));
-AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint verify", "read every dataset of a checkpoint, check its checksums and its shapes against the ArchSpec",
+AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint verify", "read every dataset of checkpoints, check their checksums and their shapes against the ArchSpec",
                                    [](po::options_description& d) {
-                                     path_option(d);
+                                     d.add_options()("path", po::value<std::vector<std::string>>()->multitoken()->required(),
+                                                     "checkpoint files, or directories (each uses its `latest`); "
+                                                     "exit 2 when any fails");
                                      d.add_options()("no-checksums", po::bool_switch(), "only check that every dataset reads");
                                    },
-                                   run_verify, path_positional}));
+                                   run_verify, [](po::positional_options_description& p) { p.add("path", -1); }}));
 AC_REGISTER_SUBCOMMAND((Subcommand{
     "checkpoint import", "a Hugging Face checkpoint (config.json + safetensors) into an HDF5 checkpoint (run under mpirun)",
     [](po::options_description& d) {

@@ -6,6 +6,8 @@
 
 #include <cstdio>
 
+#include "dist/mpi_singleton.h"
+
 namespace {
 
 class FailuresOnly : public testing::EmptyTestEventListener {
@@ -25,6 +27,7 @@ class FailuresOnly : public testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   int provided = 0;
+  ac::dist::prefer_isolated_singleton();  // one-process runs: no orted (dist/runtime.h)
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   testing::InitGoogleTest(&argc, argv);
