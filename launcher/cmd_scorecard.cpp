@@ -16,6 +16,7 @@
 #include "distill/trainer.h"
 #include "launcher/command.h"
 #include "launcher/hardware_arg.h"
+#include "launcher/tokenizer_arg.h"
 #include "search/scorecard.h"
 
 namespace ac::launcher {
@@ -122,9 +123,17 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
       e.samples = vm["eval-samples"].as<int64_t>();
       e.seed = vm["eval-seed"].as<uint64_t>();
       e.dtype = vm["dtype"].as<std::string>();
+      e.tokenizer = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : tokenizer_beside(c.label);
+      e.last_word_docs = vm["last-word-docs"].as<int64_t>();
+      if (vm.count("teacher")) e.teacher = vm["teacher"].as<std::string>();
+      if (!quiet) std::fprintf(stderr, "scorecard: %s: eval (%ld samples x %ld tokens)\n", c.label.c_str(), long(e.samples), long(e.seq_len));
       const distill::EvalResult r = distill::evaluate_lm(e, ctx.runtime.world());
       row.quality = {{"split", e.split},      {"seq_len", e.seq_len},       {"tokens", r.tokens},
                      {"loss", r.loss},        {"perplexity", r.perplexity}, {"accuracy", r.accuracy}};
+      if (r.bits_per_byte) row.quality["bits_per_byte"] = *r.bits_per_byte;
+      if (r.kl_to_teacher) row.quality["kl_to_teacher"] = *r.kl_to_teacher, row.quality["teacher"] = e.teacher;
+      if (r.last_word_accuracy)
+        row.quality["last_word_accuracy"] = *r.last_word_accuracy, row.quality["last_word_docs"] = r.last_word_scored;
     }
     rows.push_back(std::move(row));
   }
@@ -176,6 +185,10 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "eval-seq-len", po::value<int64_t>()->default_value(512), "eval tokens per sample (capped at the model's positions)")(
           "eval-samples", po::value<int64_t>()->default_value(16), "eval samples (0: the whole eval split)")(
           "eval-seed", po::value<uint64_t>()->default_value(t.seed), "eval split and order seed (the trainer's)")(
+          "tokenizer", po::value<std::string>()->value_name("FILE"),
+          "tokenizer.json of --data (default: beside each checkpoint): bits per byte and the last-word task")(
+          "last-word-docs", po::value<int64_t>()->default_value(100), "held-out documents of the last-word task (0: off)")(
+          "teacher", po::value<std::string>()->value_name("CKPT"), "adds each candidate's KL from this teacher to the quality")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(search::default_configs_dir()),
           "where ids are looked up (<dir>/hardware, engines, workloads)")(
           "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),
