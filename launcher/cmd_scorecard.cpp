@@ -67,6 +67,8 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
   if (mem_gib < 0) throw InputError("command line", "--memory-gib", "must be >= 0");
   o.memory_bytes = mem_gib * double(1ull << 30);
   o.warmup = !vm["no-warmup"].as<bool>();
+  o.clock = vm["clock"].as<std::string>();
+  (void)search::scorecard_cpu_clock(o);  // a bad --clock exits 2 before anything runs
 
   search::ScorecardInfo info;
   info.workload_prompt_tokens = workload.prompt_tokens;
@@ -194,6 +196,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),
           "per-user cache of this machine's calibrated profiles (cpu-local)")(
           "quick-calibration", po::bool_switch(), "cpu-local not calibrated yet: the quick calibration (seconds)")(
+          "clock", po::value<std::string>()->default_value("auto"),
+          "latency clock: auto (process CPU time at 1 thread, else wall), cpu, wall")(
           "no-warmup", po::bool_switch(), "no untimed warm-up run before each candidate")(
           "quiet", po::bool_switch(), "no progress lines")(
           "out", po::value<std::string>()->value_name("DIR"), "write DIR/scorecard.{json,csv,md} and DIR/manifest.json");

@@ -99,9 +99,12 @@ void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows) {
 }
 
 BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                   const std::vector<int64_t>& max_new_tokens) {
-  using clock = std::chrono::steady_clock;
-  auto secs = [](clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+                                   const std::vector<int64_t>& max_new_tokens, const std::function<double()>& clock) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  auto now = [&]() -> double {
+    return clock ? clock() : std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  };
+  auto secs = [](double a, double b) { return b - a; };
   const size_t n = prompts.size();
   if (n == 0 || max_new_tokens.size() != n) throw std::invalid_argument("generate_static_batch: one length per prompt");
   for (const auto& p : prompts)
@@ -119,15 +122,15 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
     torch::Tensor ids = logits.squeeze(1).argmax(-1).to(torch::kInt64).contiguous();
     return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
   };
-  const auto t0 = clock::now();
+  const double t0 = now();
   std::vector<InferenceCache> caches(n);
   for (size_t i = 0; i < n; ++i) {
-    const auto a = clock::now();
+    const double a = now();
     r.queue_s[i] = secs(t0, a);
     caches[i] = model->new_cache();
     torch::Tensor h = model->hidden_states(torch::tensor(prompts[i], torch::kInt64).view({1, -1}), &caches[i]);
     r.ids[i].push_back(next_tokens(h)[0]);
-    r.ttft_s[i] = secs(a, clock::now());
+    r.ttft_s[i] = secs(a, now());
   }
   // Rows still decoding (a sequence is done once it has max_new_tokens tokens).
   std::vector<int64_t> live;  // indices into prompts
@@ -140,7 +143,7 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
   while (!live.empty()) {
     std::vector<int64_t> last;
     for (int64_t i : live) last.push_back(r.ids[size_t(i)].back());
-    const auto a = clock::now();
+    const double a = now();
     torch::Tensor h = model->hidden_states(torch::tensor(last, torch::kInt64).view({-1, 1}), &cache);
     const std::vector<int64_t> next = next_tokens(h);
     std::vector<int64_t> keep_rows, still;
@@ -150,11 +153,11 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
       if (int64_t(ids.size()) < max_new_tokens[size_t(live[k])]) keep_rows.push_back(int64_t(k)), still.push_back(live[k]);
     }
     if (!still.empty() && still.size() < live.size()) keep_cache_rows(cache, keep_rows);
-    r.step_s.push_back(secs(a, clock::now()));
+    r.step_s.push_back(secs(a, now()));
     r.step_rows.push_back(int64_t(live.size()));
     live = std::move(still);
   }
-  r.seconds = secs(t0, clock::now());
+  r.seconds = secs(t0, now());
   return r;
 }
 

@@ -46,7 +46,7 @@ struct BatchTimings {
   std::vector<double> ttft_s;             // per sequence: its prefill + the first token (service time)
   std::vector<double> step_s;             // per batched decode step: its wall time
   std::vector<int64_t> step_rows;         // ... and the sequences it decoded
-  double seconds = 0;                     // the whole batch, wall clock
+  double seconds = 0;                     // the whole batch
 };
 
 // A static batch served by the model's own loop: each prompt is prefilled alone (batch 1, the
@@ -54,8 +54,10 @@ struct BatchTimings {
 // and every decode step runs one batched forward of one token per unfinished sequence; a
 // sequence leaves the batch when it has its max_new_tokens (no stop tokens: fixed output
 // lengths, as serving benchmarks run). Greedy. All prompts must have the same length (the
-// model has no padding mask); ids must be inside the vocabulary.
+// model has no padding mask); ids must be inside the vocabulary. `clock` (seconds, monotonic)
+// times it; default the wall clock (steady_clock).
 BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
-                                   const std::vector<int64_t>& max_new_tokens);
+                                   const std::vector<int64_t>& max_new_tokens,
+                                   const std::function<double()>& clock = nullptr);
 
 }  // namespace ac::model

@@ -25,6 +25,7 @@
 #include "model/generate.h"
 #include "model/layers/init.h"
 #include "model/model.h"
+#include "search/costmodel/calibrate.h"
 #include "search/costmodel/validate.h"
 
 namespace ac::search {
@@ -176,6 +177,14 @@ EngineProfile scorecard_engine(EngineProfile e, const std::vector<ServingRequest
   return e;
 }
 
+bool scorecard_cpu_clock(const ScorecardOptions& o) {
+  if (o.clock == "cpu" && o.threads != 1)
+    throw InputError("command line", "--clock", "cpu time measures latency only at --threads 1");
+  if (o.clock != "cpu" && o.clock != "wall" && o.clock != "auto")
+    throw InputError("command line", "--clock", "'" + o.clock + "': expected auto, cpu or wall");
+  return o.clock == "cpu" || (o.clock == "auto" && o.threads == 1);
+}
+
 namespace {
 using Clock = std::chrono::steady_clock;
 
@@ -251,6 +260,10 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
                                                     std::to_string(spec.vocab_size));
 
   // ---- measurement ----------------------------------------------------------------------------
+  Stopwatch sw;
+  sw.cpu_time = scorecard_cpu_clock(o);
+  row.clock = sw.name();
+  const std::function<double()> clock = [sw] { return sw.now(); };
   tensor_memory::install();
   const int64_t base = tensor_memory::current();
   try {
@@ -290,7 +303,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
       std::vector<std::vector<int64_t>> wp;
       std::vector<int64_t> wo;
       for (size_t i : waves[wi]) wp.push_back(prompts[i]), wo.push_back(requests[i].output_tokens);
-      const model::BatchTimings t = model::generate_static_batch(m, wp, wo);
+      const model::BatchTimings t = model::generate_static_batch(m, wp, wo, clock);
       ttft.insert(ttft.end(), t.ttft_s.begin(), t.ttft_s.end());
       queue.insert(queue.end(), t.queue_s.begin(), t.queue_s.end());
       tpot.insert(tpot.end(), t.step_s.begin(), t.step_s.end());
@@ -305,6 +318,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
         progress(buf);
       }
     }
+    row.wall_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     row.waves = int64_t(waves.size());
     row.ttft_s = percentiles(ttft);
     row.tpot_s = percentiles(tpot);
@@ -373,6 +387,8 @@ json ScorecardRow::to_json() const {
     j["waves"] = waves;
     j["output_tokens"] = output_tokens;
     j["seconds"] = seconds;
+    j["wall_seconds"] = wall_seconds;
+    j["clock"] = clock;
     j["ttft_s"] = metric(ttft_s.p50, ttft_s.p90, prediction.ttft_s);
     j["tpot_s"] = metric(tpot_s.p50, tpot_s.p90, prediction.tpot_s);
     j["queue_s"] = {{"p50", queue_s.p50}, {"p90", queue_s.p90}};
@@ -435,14 +451,16 @@ std::string scorecard_markdown(const std::vector<ScorecardRow>& rows, const Scor
   const double n = double(std::max<size_t>(info.requests.size(), 1));
   out << "Requests: " << info.requests.size() << " from " << info.request_source << ", mean prompt "
       << fmt("%.0f", prompt / n) << " tokens, mean output " << fmt("%.0f", output / n) << " tokens, seed " << o.seed
-      << "; concurrency " << o.concurrency << ", " << o.threads << " thread" << (o.threads == 1 ? "" : "s") << ".\n";
+      << "; concurrency " << o.concurrency << ", " << o.threads << " thread" << (o.threads == 1 ? "" : "s")
+      << "; latency by " << (scorecard_cpu_clock(o) ? "process CPU time (1 thread: other jobs on the machine do not count)" : "the wall clock")
+      << ".\n";
   if (info.capped > 0)
     out << "Capped: " << info.capped << " of " << info.requests.size() << " requests shortened (--max-prompt-tokens "
         << info.max_prompt_cap << ", --max-output-tokens " << info.max_output_cap << "; the workload asks "
         << info.workload_prompt_tokens << " + " << info.workload_output_tokens
         << "); measured and predicted at the capped lengths.\n";
   out << "Measured with this project's serving loop (batch-1 prefill of each prompt, then one batched decode step per "
-         "token, KV cache / Mamba state, greedy, fixed output lengths) on the wall clock. TTFT: a request's own "
+         "token, KV cache / Mamba state, greedy, fixed output lengths). TTFT: a request's own "
          "prefill + first token; TPOT: one batched decode step; output tokens/s: all output tokens / the whole run; "
          "peak: live CPU tensor bytes from the loaded model on (weights + caches + activations). Predicted: the cost "
          "model at the request set's mean lengths; err = (predicted - measured) / measured (TTFT and TPOT against "
@@ -535,7 +553,7 @@ json scorecard_json(const std::vector<ScorecardRow>& rows, const ScorecardInfo& 
           {"measured",
            "this project's serving loop (model/generate.h generate_static_batch): static batches of up to `concurrency` "
            "consecutive requests of one prompt length; each prompt prefilled alone, then one batched decode step per "
-           "token with the KV cache / Mamba state; greedy, fixed output lengths; wall clock"},
+           "token with the KV cache / Mamba state; greedy, fixed output lengths; timed by `clock` (rows)"},
           {"ttft", "a request's own prefill + first token (queue_s: its wait in its batch before that)"},
           {"tpot", "one batched decode step (percentiles over all steps)"},
           {"output_tok_s", "all output tokens / the wall time of all batches"},

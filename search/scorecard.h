@@ -61,7 +61,12 @@ struct ScorecardOptions {
   uint64_t seed = 1234;        // prompt ids, random weights of architecture-only candidates
   double memory_bytes = 0;     // > 0: the device's memory as stated (replaces the profile's)
   bool warmup = true;          // one short untimed prefill + decode before the measurement
+  // "cpu": process CPU time (only at 1 thread: other jobs on a shared machine do not count);
+  // "wall": the wall clock; "auto": cpu at 1 thread, else wall (as `cost validate` times).
+  std::string clock = "auto";
 };
+// The clock `o.clock` names at o.threads: {"process CPU time (1 thread)" | "wall clock", cpu?}.
+bool scorecard_cpu_clock(const ScorecardOptions& o);
 
 struct Percentiles {
   double p50 = 0, p90 = 0;
@@ -77,7 +82,9 @@ struct ScorecardRow {
   std::string note;  // why it does not fit / failed, or what limited it
   // measured (status "ok")
   int64_t requests = 0, waves = 0, output_tokens = 0;
-  double seconds = 0;
+  double seconds = 0;       // by the clock below
+  double wall_seconds = 0;  // the same run by the wall clock
+  std::string clock;
   Percentiles ttft_s, tpot_s, queue_s;
   double output_tok_s = 0;
   double peak_bytes = 0;  // peak live CPU tensor bytes from the loaded model on (weights included)

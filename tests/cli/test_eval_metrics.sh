@@ -16,9 +16,9 @@ expect_rc 0 "$AC_BIN" "${TRAIN[@]}" --steps 12 --out "$T/a"
 expect_rc 0 "$AC_BIN" "${TRAIN[@]}" --steps 3 --seed 7 --out "$T/b"
 EV=(eval --data "$T/fortunes" --split 80,0,20 --seq-len 64 --samples 8 --tokenizer "$TOK" --last-word-docs 40 --dtype f32 --json --quiet)
 
-expect_rc 0 "$AC_BIN" "${EV[@]}" --model "$T/a" --teacher "$T/b"
+expect_rc 0 "$AC_BIN" "${EV[@]}" --model "$T/a/checkpoints" --teacher "$T/b/checkpoints"
 cp "$T/out" "$T/tp1.json"
-expect_rc 0 "$AC_BIN" "${EV[@]}" --model "$T/a" --teacher "$T/a"
+expect_rc 0 "$AC_BIN" "${EV[@]}" --model "$T/a/checkpoints" --teacher "$T/a/checkpoints"
 cp "$T/out" "$T/self.json"
 python3 - "$T/tp1.json" "$T/self.json" <<'PY' || fail "eval metrics"
 import json, math, sys
@@ -37,7 +37,7 @@ print(f"bpb {a['bits_per_byte']:.4f} ({a['bytes']} bytes, {a['tokens']} tokens),
 PY
 for layout in "2 --tp 2" "2 --tp 1"; do
   set -- $layout
-  expect_rc 0 $MPIEXEC -n "$1" "$AC_BIN" "${EV[@]}" --model "$T/a" --teacher "$T/b" "$2" "$3"
+  expect_rc 0 $MPIEXEC -n "$1" "$AC_BIN" "${EV[@]}" --model "$T/a/checkpoints" --teacher "$T/b/checkpoints" "$2" "$3"
   python3 - "$T/tp1.json" "$T/out" <<'PY' || fail "eval metrics at -n $1 $2 $3 differ from one process"
 import json, sys
 a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
@@ -49,13 +49,13 @@ PY
 done
 
 # Without a tokenizer (none beside the checkpoint): no bits per byte, no last-word task.
-expect_rc 0 "$AC_BIN" eval --model "$T/a" --data "$T/fortunes" --split 80,0,20 --seq-len 64 --samples 2 --json --quiet
+expect_rc 0 "$AC_BIN" eval --model "$T/a/checkpoints" --data "$T/fortunes" --split 80,0,20 --seq-len 64 --samples 2 --json --quiet
 python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); assert j["bits_per_byte"] is None and j["last_word_accuracy"] is None and j["kl_to_teacher"] is None, j' "$T/out" \
   || fail "metrics without tokenizer/teacher"
 # A teacher of another vocabulary (the fixture Llama: 96 ids).
 expect_rc 0 "$AC_BIN" checkpoint import --hf "$AC_SOURCE_DIR/tests/fixtures/model/llama" --out "$T/llama" --dtype f32
-expect_rc 2 "$AC_BIN" "${EV[@]}" --model "$T/a" --teacher "$T/llama"
+expect_rc 2 "$AC_BIN" "${EV[@]}" --model "$T/a/checkpoints" --teacher "$T/llama"
 expect_out "vocab_size: 96, the model .* has 50257: KL needs one vocabulary"
-expect_rc 2 "$AC_BIN" "${EV[@]}" --model "$T/a" --teacher "$T/none"
+expect_rc 2 "$AC_BIN" "${EV[@]}" --model "$T/a/checkpoints" --teacher "$T/none"
 expect_out "none: --teacher: no such checkpoint"
 echo PASS
