@@ -452,7 +452,7 @@ std::string scorecard_markdown(const std::vector<ScorecardRow>& rows, const Scor
   out << "Requests: " << info.requests.size() << " from " << info.request_source << ", mean prompt "
       << fmt("%.0f", prompt / n) << " tokens, mean output " << fmt("%.0f", output / n) << " tokens, seed " << o.seed
       << "; concurrency " << o.concurrency << ", " << o.threads << " thread" << (o.threads == 1 ? "" : "s")
-      << "; latency by " << (scorecard_cpu_clock(o) ? "process CPU time (1 thread: other jobs on the machine do not count)" : "the wall clock")
+      << "; latency by " << (scorecard_cpu_clock(o) ? "process CPU time (1 thread: other jobs' CPU time does not count, their contention does)" : "the wall clock")
       << ".\n";
   if (info.capped > 0)
     out << "Capped: " << info.capped << " of " << info.requests.size() << " requests shortened (--max-prompt-tokens "

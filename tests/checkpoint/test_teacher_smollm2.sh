@@ -32,7 +32,8 @@ grep -q "SKIPPED" "$T/gtest" && { cat "$T/gtest"; fail "golden checks skipped"; 
 # order: 469, accuracy 0.120).
 expect_rc 0 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
   --tokenizer "$T/teacher/hf/tokenizer.json" --output "$T/fortunes" --quiet
-expect_rc 0 "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --split 80,0,20 --seq-len 128 --samples 8 --json --quiet
+expect_rc 0 "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --split 80,0,20 --seq-len 128 --samples 8 --json --quiet \
+  --last-word-docs 40
 cat "$T/out"
 "$PY" - "$T/out" <<'PY' || fail "teacher perplexity check"
 import json, sys
@@ -42,10 +43,10 @@ assert j["tokens"] == 8 * 128, j
 assert 2 < j["perplexity"] < 200, f"teacher perplexity {j['perplexity']:.2f} on held-out fortunes (want < 200; uniform is 49152)"
 assert j["accuracy"] > 0.2, j
 # With the tokenizer beside the checkpoint: bits per byte (measured 1.921 on 3,492 bytes) and
-# the last-word task on 100 held-out documents (measured 0.19; a model that ignores context
-# gets ~0 on fortunes' final words).
+# the last-word task on 40 held-out documents (measured 0.125, 5 of 40; 0.19 on 100; a model
+# that ignores the context gets ~0 on fortunes' final words).
 assert 2.5 < j["bytes"] / j["tokens"] < 6 and 1.0 < j["bits_per_byte"] < 2.5, j
-assert j["last_word_docs"] == 100 and j["last_word_accuracy"] >= 0.1, j
+assert j["last_word_docs"] == 40 and j["last_word_accuracy"] >= 0.05, j
 print(f"teacher eval: loss {j['loss']:.4f}, perplexity {j['perplexity']:.2f}, next-token accuracy {j['accuracy']:.3f}, "
       f"bits per byte {j['bits_per_byte']:.3f}, last-word accuracy {j['last_word_accuracy']:.3f}")
 PY
