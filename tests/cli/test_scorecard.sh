@@ -50,6 +50,7 @@ for r in rows[:3]:
     assert r["engine"] == "local-eager" and r["hardware"] == "cpu-local", r
     assert r["context_tokens"] == 4096 and r["concurrency"] == 2, r
     assert r["weights"] == "checkpoint" and r["device"].startswith("cpu ("), r
+    assert r["clock"] == "process CPU time (1 thread)" and r["wall_seconds"] > 0, r  # --clock auto at 1 thread
     # the weights are live during the whole run
     assert r["peak_bytes"]["measured"] >= 4 * r["arch"]["params"] * 0.9, r
 big = rows[3]
@@ -89,6 +90,8 @@ expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" --re
 expect_out "bad.txt: line 1:"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" "$AC_SOURCE_DIR/configs/models/tiny-teacher.json"
 expect_out "tiny-teacher.json: vocab_size: 50257, but .*llama has 96"
+expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" --clock cpu --threads 2
+expect_out "command line: --clock: cpu time measures latency only at --threads 1"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/nothing"
 expect_out "nothing: --checkpoint: no such checkpoint"
 echo PASS
