@@ -515,6 +515,8 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
   return out;
 }
 
+bool BpeTokenizer::is_added_token(int64_t id) const { return impl_->added_by_id.count(id) > 0; }
+
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
   const Impl& im = *impl_;
   std::string out;

@@ -45,6 +45,9 @@ class BpeTokenizer {
   // The end-of-document token: "<|endoftext|>", "<|end_of_text|>", "</s>" or "<eos>",
   // whichever the added tokens hold first; nullopt when none does.
   std::optional<int64_t> default_eos_id() const;
+  // An added (special) token such as "<|im_start|>": decode() writes its content, which is
+  // markup rather than text of the document (bits per byte counts it as 0 bytes).
+  bool is_added_token(int64_t id) const;
   const std::string& name() const { return name_; }
 
  private:

@@ -4,20 +4,66 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "checkpoint/model_state.h"
+#include "data/bpe_tokenizer.h"
 #include "data/sampler.h"
 #include "dist/communicator.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
+#include "distill/kd_loss.h"
 #include "model/model.h"
 
 namespace ac::distill {
+
+namespace {
+
+bool ascii_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+// One last-word example: the context ids and the ids of " word" that follow them.
+struct LastWordExample {
+  std::vector<int64_t> context, target;
+};
+
+// The last-word example of a document's ids, or nullopt when the document does not end in a
+// usable word (EvalConfig::last_word_docs).
+std::optional<LastWordExample> last_word_example(const data::BpeTokenizer& tok, const std::vector<int64_t>& doc,
+                                                 int64_t max_tokens) {
+  std::vector<int64_t> plain;  // added tokens (end of document, chat markup) are not text
+  for (int64_t id : doc)
+    if (id >= 0 && id < tok.vocab_size() && !tok.is_added_token(id)) plain.push_back(id);
+  if (int64_t(plain.size()) > max_tokens) plain.erase(plain.begin(), plain.end() - max_tokens);
+  std::string text;
+  try {
+    text = tok.decode(plain);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  size_t end = text.size();
+  auto trailing = [&](char c) { return std::string(" \t\r\n.,;:!?\"')]}*_-~`").find(c) != std::string::npos; };
+  while (end > 0 && trailing(text[end - 1])) --end;
+  size_t start = end;
+  while (start > 0 && ascii_letter(text[start - 1])) --start;
+  if (end - start < 2 || start == 0 || text[start - 1] != ' ') return std::nullopt;
+  const std::string context = text.substr(0, start - 1), target = text.substr(start - 1, end - start + 1);
+  LastWordExample ex;
+  ex.context = tok.encode(context);
+  std::vector<int64_t> full = tok.encode(context + target);
+  if (ex.context.size() < 8 || full.size() <= ex.context.size() || int64_t(full.size()) > max_tokens ||
+      !std::equal(ex.context.begin(), ex.context.end(), full.begin()))
+    return std::nullopt;  // the word's tokens would merge with the context's: no clean boundary
+  ex.target.assign(full.begin() + long(ex.context.size()), full.end());
+  return ex;
+}
+
+}  // namespace
 
 EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::function<void(int64_t, int64_t)>& progress) {
   if (cfg.data.empty()) throw InputError("command line", "--data", "at least one dataset is needed");
@@ -38,6 +84,37 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
   model::CausalLM m(spec, tp, model::ModelOptions{checkpoint::parse_dtype(dt.dtype)});
   checkpoint::load_model(m, reader);
   m->eval();
+  std::optional<model::CausalLM> teacher;
+  if (!cfg.teacher.empty()) {
+    const std::string tpath = checkpoint::resolve_checkpoint(cfg.teacher);
+    checkpoint::CheckpointReader treader(tpath);
+    const model::ArchSpec tspec = checkpoint::checkpoint_arch(treader);
+    if (tspec.vocab_size != spec.vocab_size)
+      throw InputError(tpath, "vocab_size", std::to_string(tspec.vocab_size) + ", the model " + path + " has " +
+                                                std::to_string(spec.vocab_size) + ": KL needs one vocabulary");
+    if (const std::string why = model::tp_split_problem(tspec, layout.tp_size()); !why.empty())
+      throw InputError(tpath, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
+    teacher.emplace(tspec, tp, model::ModelOptions{checkpoint::parse_dtype(dt.dtype)});
+    checkpoint::load_model(*teacher, treader);
+    (*teacher)->eval();
+  }
+  std::shared_ptr<const data::BpeTokenizer> tok;
+  torch::Tensor token_bytes;  // [vocab] UTF-8 bytes each id decodes to (0: added tokens, padding ids)
+  if (!cfg.tokenizer.empty()) {
+    tok = data::BpeTokenizer::from_file(cfg.tokenizer);
+    if (tok->vocab_size() > spec.vocab_size)
+      throw InputError(cfg.tokenizer, "model.vocab", "has " + std::to_string(tok->vocab_size()) + " ids, the model " +
+                                                         path + " only " + std::to_string(spec.vocab_size));
+    token_bytes = torch::zeros({spec.vocab_size}, torch::kDouble);
+    auto* b = token_bytes.data_ptr<double>();
+    for (int64_t id = 0; id < tok->vocab_size(); ++id) {
+      if (tok->is_added_token(id)) continue;
+      try {
+        b[id] = double(tok->decode({id}).size());
+      } catch (const std::out_of_range&) {  // an id the tokenizer does not use
+      }
+    }
+  }
 
   // ---- data: the trainer's split and sample order -------------------------------------------
   std::vector<data::BlendEntry> entries;
@@ -57,7 +134,7 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
   const int64_t vocab = spec.vocab_size;
   const int64_t per_step = cfg.micro_batch * dp;
   const int64_t steps = (total + per_step - 1) / per_step;
-  double loss_sum = 0, correct = 0, count = 0;
+  double loss_sum = 0, correct = 0, count = 0, bytes = 0, kl_sum = 0;
   torch::NoGradGuard ng;
   for (int64_t s = 0; s < steps; ++s) {
     const std::vector<int64_t> idx = loader.next_indices();
@@ -77,11 +154,53 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
                            .view({cfg.micro_batch, cfg.seq_len});
     torch::Tensor hit = (m->gather_logits(local).argmax(-1) == labels).to(torch::kDouble);
     loss_sum += (ce * weight).sum().item<double>();
+    if (token_bytes.defined()) bytes += (token_bytes.index_select(0, labels.reshape({-1})).view_as(ce) * weight).sum().item<double>();
+    if (teacher) {
+      torch::Tensor t_local = (*teacher)->logits_local((*teacher)->hidden_states(input));
+      torch::Tensor mask = weight.expand({cfg.micro_batch, cfg.seq_len}).reshape({-1}).to(torch::kFloat32);
+      const double kept = mask.sum().item<double>();
+      if (kept > 0)
+        kl_sum += vocab_parallel_kl(local.reshape({-1, local.size(2)}), t_local.reshape({-1, t_local.size(2)}), *tp.comm,
+                                    vocab, KdOptions{}, mask)
+                      .item<double>() *
+                  kept;
+    }
     correct += (hit * weight).sum().item<double>();
     count += weight.sum().item<double>() * double(cfg.seq_len);
     if (progress && layout.world_rank() == 0) progress(std::min(total, (s + 1) * per_step), total);
   }
-  torch::Tensor sums = torch::tensor({loss_sum, correct, count}, torch::kDouble);
+  // ---- last-word task: documents of the split in ascending order, dealt round-robin over DP --
+  double lw_hits = 0, lw_scored = 0;
+  int64_t lw_examined = 0;
+  if (tok && cfg.last_word_docs > 0) {
+    const int64_t max_tokens =
+        spec.max_position_embeddings > 0 ? std::min(cfg.seq_len, spec.max_position_embeddings) : cfg.seq_len;
+    std::vector<LastWordExample> examples;
+    for (const auto& e : entries) {
+      const data::GptSampler split_docs(e.source, cfg.seq_len, cfg.seed, data::parse_split(cfg.split),
+                                        data::split_from_name(cfg.which));
+      for (int64_t d : split_docs.documents()) {
+        if (int64_t(examples.size()) >= cfg.last_word_docs) break;
+        ++lw_examined;
+        std::vector<int64_t> ids(size_t(e.source->document_length(d)));
+        e.source->read(d, 0, int64_t(ids.size()), ids.data());
+        if (auto ex = last_word_example(*tok, ids, max_tokens)) examples.push_back(std::move(*ex));
+      }
+    }
+    for (size_t i = size_t(layout.dp_rank()); i < examples.size(); i += size_t(dp)) {
+      const auto& ex = examples[i];
+      std::vector<int64_t> full = ex.context;
+      full.insert(full.end(), ex.target.begin(), ex.target.end() - 1);  // the last target token is not an input
+      torch::Tensor in = torch::tensor(full, torch::kInt64).view({1, -1});
+      const int64_t first = int64_t(ex.context.size()) - 1, n = int64_t(ex.target.size());
+      torch::Tensor h = m->hidden_states(in).narrow(1, first, n);
+      torch::Tensor pred = m->gather_logits(m->logits_local(h)).argmax(-1).view({-1});
+      lw_hits += pred.equal(torch::tensor(ex.target, torch::kInt64)) ? 1.0 : 0.0;
+      lw_scored += 1.0;
+    }
+  }
+
+  torch::Tensor sums = torch::tensor({loss_sum, correct, count, bytes, kl_sum, lw_hits, lw_scored}, torch::kDouble);
   if (dp > 1) layout.dp().all_reduce(sums, dist::ReduceOp::Sum);
 
   EvalResult r;
@@ -98,6 +217,14 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
   r.dp = dp;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.tokens_per_second = double(r.tokens) / r.seconds;
+  if (tok) {
+    r.bytes = int64_t(sums[3].item<double>());
+    if (r.bytes > 0) r.bits_per_byte = sums[0].item<double>() / std::log(2.0) / sums[3].item<double>();
+  }
+  if (teacher) r.kl_to_teacher = sums[4].item<double>() / sums[2].item<double>();
+  r.last_word_scored = int64_t(sums[6].item<double>());
+  r.last_word_examined = lw_examined;
+  if (r.last_word_scored > 0) r.last_word_accuracy = sums[5].item<double>() / sums[6].item<double>();
   return r;
 }
 

@@ -1,13 +1,16 @@
 // Language-model quality of a checkpoint on held-out tokens: mean next-token cross-entropy
 // (LM loss), perplexity and next-token accuracy over samples of a data split, read with the
 // trainer's sampler and split rules (the same documents the trainer holds out for eval),
-// at any TP x DP. The `autocompress eval` subcommand is a thin wrapper.
+// at any TP x DP. With the data's tokenizer also bits per byte and a LAMBADA-style last-word
+// accuracy on the split's documents; with a teacher the KL from the teacher. The
+// `autocompress eval` subcommand is a thin wrapper.
 #pragma once
 
 #include <mpi.h>
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,19 @@ struct EvalConfig {
   uint64_t seed = 1234;              // the trainer's seed: the same documents in the same split
   int tp = 1;                        // tensor-parallel size (DP = world / TP)
   std::string dtype = "auto";        // auto | bf16 | f32 (dist::choose_dtype)
+  // Optional: a teacher checkpoint of the same vocabulary. Adds the mean over target tokens of
+  // KL(p_teacher || p_model) (nats), on the same samples.
+  std::string teacher;
+  // Optional: the tokenizer.json the data was tokenized with. Adds bits per byte (the loss in
+  // bits over the UTF-8 bytes the target tokens decode to; added/special tokens count 0 bytes)
+  // and, with last_word_docs > 0, the last-word task.
+  std::string tokenizer;
+  // Last-word task (LAMBADA-style, zero-shot): the first `last_word_docs` documents of the
+  // scored split that end in a word (ASCII letters, >= 2, after stripping trailing punctuation)
+  // preceded by a space and >= 8 context tokens; the document (its last seq_len tokens) minus
+  // that word is the context, and a document counts as right when greedy argmax predicts every
+  // token of " word". 0: off.
+  int64_t last_word_docs = 0;
 };
 
 struct EvalResult {
@@ -36,6 +52,12 @@ struct EvalResult {
   std::string dtype, dtype_reason;
   int tp = 1, dp = 1;
   double seconds = 0, tokens_per_second = 0;
+  std::optional<double> bits_per_byte;       // with a tokenizer
+  int64_t bytes = 0;                         // UTF-8 bytes of the scored target tokens
+  std::optional<double> kl_to_teacher;       // with a teacher: nats per target token
+  std::optional<double> last_word_accuracy;  // with a tokenizer and last_word_docs > 0
+  int64_t last_word_scored = 0;              // documents scored by the last-word task
+  int64_t last_word_examined = 0;            // documents looked at to find them
 };
 
 // Collective over `world`. Bad input (no checkpoint, data whose ids exceed the model's

@@ -1,5 +1,6 @@
-// `autocompress eval`: LM loss, perplexity and next-token accuracy of a checkpoint on the
-// held-out split of a tokenized corpus (distill/evaluate.h), one table line + JSON.
+// `autocompress eval`: LM loss, perplexity, next-token accuracy, bits per byte, last-word
+// accuracy and KL to a teacher of a checkpoint on the held-out split of a tokenized corpus
+// (distill/evaluate.h), one table line + JSON.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "distill/evaluate.h"
 #include "distill/trainer.h"
 #include "launcher/command.h"
+#include "launcher/tokenizer_arg.h"
 
 namespace ac::launcher {
 namespace {
@@ -20,6 +22,12 @@ namespace {
 // Where `eval --model` and `generate --model` look when not told: the checkpoint that
 // scripts/teacher_smollm2.sh writes (relative to the working directory).
 constexpr const char* kDefaultTeacher = "teachers/smollm2-135m";
+
+std::string fmt3(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", v);
+  return b;
+}
 
 int run_eval(const po::variables_map& vm, RunContext& ctx) {
   distill::EvalConfig c;
@@ -37,6 +45,15 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
   c.seed = vm["seed"].as<uint64_t>();
   c.tp = vm["tp"].as<int>();
   c.dtype = vm["dtype"].as<std::string>();
+  if (vm.count("teacher")) {
+    c.teacher = vm["teacher"].as<std::string>();
+    if (!std::filesystem::exists(c.teacher)) throw InputError(c.teacher, "--teacher", "no such checkpoint");
+  }
+  c.tokenizer = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : tokenizer_beside(c.model);
+  if (!c.tokenizer.empty() && !std::filesystem::exists(c.tokenizer))
+    throw InputError(c.tokenizer, "--tokenizer", "no such file");
+  c.last_word_docs = vm["last-word-docs"].as<int64_t>();
+  if (c.last_word_docs < 0) throw InputError("command line", "--last-word-docs", "must be >= 0");
   if (c.which != "eval" && c.which != "calibration" && c.which != "train")
     throw InputError("command line", "--on", "'" + c.which + "': expected eval, calibration or train");
 
@@ -55,7 +72,7 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
   const distill::EvalResult r = distill::evaluate_lm(c, ctx.runtime.world(), progress);
   if (!ctx.runtime.is_root()) return kExitOk;
 
-  const nlohmann::json j = {{"model", c.model},       {"data", c.data},
+  nlohmann::json j = {{"model", c.model},       {"data", c.data},
                             {"split", c.split},       {"on", c.which},
                             {"seq_len", c.seq_len},   {"samples", r.samples},
                             {"split_samples", r.split_samples},
@@ -65,16 +82,28 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
                             {"dtype", r.dtype},       {"dtype_reason", r.dtype_reason},
                             {"tp", r.tp},             {"dp", r.dp},
                             {"seconds", r.seconds},   {"tokens_per_second", r.tokens_per_second}};
+  auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  j["tokenizer"] = c.tokenizer.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.tokenizer);
+  j["bits_per_byte"] = opt(r.bits_per_byte);
+  j["bytes"] = r.bytes;
+  j["teacher"] = c.teacher.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.teacher);
+  j["kl_to_teacher"] = opt(r.kl_to_teacher);
+  j["last_word_accuracy"] = opt(r.last_word_accuracy);
+  j["last_word_docs"] = r.last_word_scored;
+  j["last_word_examined"] = r.last_word_examined;
   if (vm["json"].as<bool>()) {
     std::cout << j.dump() << "\n";
   } else {
     std::cout << std::left << std::setw(40) << "model" << std::right << std::setw(12) << "params" << std::setw(10)
               << "tokens" << std::setw(10) << "loss" << std::setw(12) << "perplexity" << std::setw(10) << "accuracy"
-              << std::setw(7) << "dtype" << std::setw(11) << "tokens/s" << "\n";
+              << std::setw(7) << "bpb" << std::setw(11) << "last-word" << std::setw(9) << "KL" << std::setw(7) << "dtype"
+              << std::setw(11) << "tokens/s" << "\n";
     std::cout << std::left << std::setw(40) << c.model << std::right << std::setw(12) << r.parameters << std::setw(10)
               << r.tokens << std::fixed << std::setprecision(4) << std::setw(10) << r.loss << std::setprecision(3)
-              << std::setw(12) << r.perplexity << std::setprecision(4) << std::setw(10) << r.accuracy << std::setw(7)
-              << r.dtype << std::setprecision(1) << std::setw(11) << r.tokens_per_second << "\n";
+              << std::setw(12) << r.perplexity << std::setprecision(4) << std::setw(10) << r.accuracy << std::setprecision(3)
+              << std::setw(7) << (r.bits_per_byte ? fmt3(*r.bits_per_byte) : "-") << std::setw(11)
+              << (r.last_word_accuracy ? fmt3(*r.last_word_accuracy) : "-") << std::setw(9)
+              << (r.kl_to_teacher ? fmt3(*r.kl_to_teacher) : "-") << std::setw(7) << r.dtype << std::setprecision(1) << std::setw(11) << r.tokens_per_second << "\n";
     std::cout << "json: " << j.dump() << "\n";
   }
   if (vm.count("out")) {
@@ -87,7 +116,7 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
 }
 
 AC_REGISTER_SUBCOMMAND((Subcommand{
-    "eval", "LM loss, perplexity and next-token accuracy of a checkpoint on a corpus's held-out split (TP x DP)",
+    "eval", "LM loss, perplexity, accuracy, bits/byte, last-word accuracy, KL to a teacher on a corpus's held-out split (TP x DP)",
     [](po::options_description& d) {
       const distill::TrainerConfig t;
       const distill::EvalConfig e;
@@ -103,6 +132,12 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "seed", po::value<uint64_t>()->default_value(t.seed), "split and order seed (the trainer's)")(
           "tp", po::value<int>()->default_value(1), "tensor-parallel size (DP = world / TP)")(
           "dtype", po::value<std::string>()->default_value("auto"), "compute dtype: auto | bf16 | f32")(
+          "teacher", po::value<std::string>()->value_name("CKPT"), "adds KL(teacher || model) per target token (same vocabulary)")(
+          "tokenizer", po::value<std::string>()->value_name("FILE"),
+          "tokenizer.json of the data (default: beside the checkpoint or in its hf/ folder): adds bits per byte and the "
+          "last-word task")(
+          "last-word-docs", po::value<int64_t>()->default_value(100),
+          "documents of the split for the LAMBADA-style last-word accuracy (0: off; needs the tokenizer)")(
           "json", po::bool_switch(), "print only the JSON line")(
           "quiet", po::bool_switch(), "no progress lines")(
           "out", po::value<std::string>()->value_name("DIR"), "also write DIR/eval.json and DIR/manifest.json");

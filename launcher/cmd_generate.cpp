@@ -17,6 +17,7 @@
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
+#include "launcher/tokenizer_arg.h"
 #include "model/generate.h"
 
 namespace ac::launcher {
@@ -29,9 +30,7 @@ constexpr const char* kDefaultTeacher = "teachers/smollm2-135m";  // as `eval` (
 // in its hf/ folder (the layout scripts/teacher_smollm2.sh writes).
 std::string find_tokenizer(const std::string& model, const po::variables_map& vm) {
   if (vm.count("tokenizer")) return vm["tokenizer"].as<std::string>();
-  const fs::path dir = fs::is_directory(model) ? fs::path(model) : fs::path(model).parent_path();
-  for (const fs::path& p : {dir / "tokenizer.json", dir / "hf" / "tokenizer.json", dir.parent_path() / "hf" / "tokenizer.json"})
-    if (fs::exists(p)) return p.string();
+  if (std::string p = tokenizer_beside(model); !p.empty()) return p;
   throw InputError(model, "--tokenizer", "no tokenizer.json beside the checkpoint or in its hf/ folder: pass --tokenizer");
 }
 

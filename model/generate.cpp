@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 
 #include "dist/error.h"
 
@@ -56,6 +57,107 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
     logits = model->forward(torch::full({1, 1}, next, torch::kInt64), &cache);
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return r;
+}
+
+}  // namespace ac::model
+
+namespace ac::model {
+
+InferenceCache stack_caches(const std::vector<InferenceCache>& caches) {
+  if (caches.empty()) return {};
+  InferenceCache out;
+  out.position = caches[0].position;
+  out.layers.resize(caches[0].layers.size());
+  auto cat = [&](auto field) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& c : caches) {
+      if (c.position != out.position || c.layers.size() != out.layers.size())
+        throw std::invalid_argument("stack_caches: caches at different positions");
+      parts.push_back(field(c));
+    }
+    return parts.front().defined() ? torch::cat(parts, 0) : torch::Tensor();
+  };
+  for (size_t i = 0; i < out.layers.size(); ++i) {
+    out.layers[i].kv.k = cat([i](const InferenceCache& c) { return c.layers[i].kv.k; });
+    out.layers[i].kv.v = cat([i](const InferenceCache& c) { return c.layers[i].kv.v; });
+    out.layers[i].mamba.conv_state = cat([i](const InferenceCache& c) { return c.layers[i].mamba.conv_state; });
+    out.layers[i].mamba.ssm_state = cat([i](const InferenceCache& c) { return c.layers[i].mamba.ssm_state; });
+  }
+  return out;
+}
+
+void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows) {
+  const torch::Tensor idx = torch::tensor(rows, torch::kInt64);
+  auto keep = [&](torch::Tensor& t) {
+    if (t.defined()) t = t.index_select(0, idx.to(t.device()));
+  };
+  for (auto& l : cache.layers) {
+    keep(l.kv.k), keep(l.kv.v);
+    keep(l.mamba.conv_state), keep(l.mamba.ssm_state);
+  }
+}
+
+BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                   const std::vector<int64_t>& max_new_tokens, const std::function<double()>& clock) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  auto now = [&]() -> double {
+    return clock ? clock() : std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  };
+  auto secs = [](double a, double b) { return b - a; };
+  const size_t n = prompts.size();
+  if (n == 0 || max_new_tokens.size() != n) throw std::invalid_argument("generate_static_batch: one length per prompt");
+  for (const auto& p : prompts)
+    if (p.empty() || p.size() != prompts[0].size())
+      throw std::invalid_argument("generate_static_batch: prompts must be non-empty and of one length");
+  torch::NoGradGuard ng;
+  BatchTimings r;
+  r.ids.resize(n);
+  r.queue_s.resize(n);
+  r.ttft_s.resize(n);
+  // The next token of each row from the last position's hidden state (the LM head on one row).
+  auto next_tokens = [&](const torch::Tensor& hidden) {
+    const int64_t T = hidden.size(1);
+    torch::Tensor logits = model->gather_logits(model->logits_local(hidden.narrow(1, T - 1, 1)));
+    torch::Tensor ids = logits.squeeze(1).argmax(-1).to(torch::kInt64).contiguous();
+    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  };
+  const double t0 = now();
+  std::vector<InferenceCache> caches(n);
+  for (size_t i = 0; i < n; ++i) {
+    const double a = now();
+    r.queue_s[i] = secs(t0, a);
+    caches[i] = model->new_cache();
+    torch::Tensor h = model->hidden_states(torch::tensor(prompts[i], torch::kInt64).view({1, -1}), &caches[i]);
+    r.ids[i].push_back(next_tokens(h)[0]);
+    r.ttft_s[i] = secs(a, now());
+  }
+  // Rows still decoding (a sequence is done once it has max_new_tokens tokens).
+  std::vector<int64_t> live;  // indices into prompts
+  std::vector<InferenceCache> live_caches;
+  for (size_t i = 0; i < n; ++i)
+    if (max_new_tokens[i] > 1) live.push_back(int64_t(i)), live_caches.push_back(std::move(caches[i]));
+  caches.clear();
+  InferenceCache cache = stack_caches(live_caches);
+  live_caches.clear();
+  while (!live.empty()) {
+    std::vector<int64_t> last;
+    for (int64_t i : live) last.push_back(r.ids[size_t(i)].back());
+    const double a = now();
+    torch::Tensor h = model->hidden_states(torch::tensor(last, torch::kInt64).view({-1, 1}), &cache);
+    const std::vector<int64_t> next = next_tokens(h);
+    std::vector<int64_t> keep_rows, still;
+    for (size_t k = 0; k < live.size(); ++k) {
+      auto& ids = r.ids[size_t(live[k])];
+      ids.push_back(next[k]);
+      if (int64_t(ids.size()) < max_new_tokens[size_t(live[k])]) keep_rows.push_back(int64_t(k)), still.push_back(live[k]);
+    }
+    if (!still.empty() && still.size() < live.size()) keep_cache_rows(cache, keep_rows);
+    r.step_s.push_back(secs(a, now()));
+    r.step_rows.push_back(int64_t(live.size()));
+    live = std::move(still);
+  }
+  r.seconds = secs(t0, now());
   return r;
 }
 

@@ -33,4 +33,31 @@ int64_t pick_token(const torch::Tensor& logits, const SamplingOptions& options, 
 GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
                           const std::function<void(int64_t)>& on_token = nullptr);
 
+// ---- batched serving (static batch): what `autocompress scorecard` measures -------------------
+// Stacks per-sequence caches of the same position along the batch dimension (every layer's
+// K/V and Mamba states); the caches must all be at the same position.
+InferenceCache stack_caches(const std::vector<InferenceCache>& caches);
+// Keeps rows `rows` of a stacked cache (sequences that are still decoding).
+void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows);
+
+struct BatchTimings {
+  std::vector<std::vector<int64_t>> ids;  // per sequence: the greedy tokens, max_new_tokens[i] of them
+  std::vector<double> queue_s;            // per sequence: from the batch's start until its prefill starts
+  std::vector<double> ttft_s;             // per sequence: its prefill + the first token (service time)
+  std::vector<double> step_s;             // per batched decode step: its wall time
+  std::vector<int64_t> step_rows;         // ... and the sequences it decoded
+  double seconds = 0;                     // the whole batch
+};
+
+// A static batch served by the model's own loop: each prompt is prefilled alone (batch 1, the
+// whole prompt in one forward, logits of its last position only), then the caches are stacked
+// and every decode step runs one batched forward of one token per unfinished sequence; a
+// sequence leaves the batch when it has its max_new_tokens (no stop tokens: fixed output
+// lengths, as serving benchmarks run). Greedy. All prompts must have the same length (the
+// model has no padding mask); ids must be inside the vocabulary. `clock` (seconds, monotonic)
+// times it; default the wall clock (steady_clock).
+BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+                                   const std::vector<int64_t>& max_new_tokens,
+                                   const std::function<double()>& clock = nullptr);
+
 }  // namespace ac::model

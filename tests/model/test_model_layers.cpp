@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "dist/error.h"
+#include "model/generate.h"
 #include "model/hf_import.h"
 #include "model/layers/attention.h"
 #include "model/layers/common.h"
@@ -123,6 +124,33 @@ TEST_P(Decode_, CachedDecodeEqualsFullForward) {
   EXPECT_EQ(cache.position, T);
   auto stepped = torch::cat(parts, 1);
   EXPECT_LE((stepped - full).abs().max().item<double>(), 1e-4) << name;
+}
+
+// The scorecard's serving loop: batch-1 prefills, stacked caches, batched decode with rows
+// leaving as they finish, gives every sequence the tokens that greedy generate() gives it alone.
+TEST_P(Decode_, StaticBatchEqualsOneSequenceAtATime) {
+  const auto name = GetParam();
+  CausalLM model(fixture_spec(name));
+  load_hf_weights(model, SafetensorsReader(fixture_dir(name)));
+  model->eval();
+  std::vector<std::vector<int64_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int64_t> p;
+    for (int t = 0; t < 9; ++t) p.push_back((7 * i + 13 * t + 5) % 96);
+    prompts.push_back(p);
+  }
+  const std::vector<int64_t> lengths = {6, 1, 4};  // the second leaves after its first token
+  const BatchTimings b = generate_static_batch(model, prompts, lengths);
+  ASSERT_EQ(b.ids.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    SamplingOptions o;
+    o.max_new_tokens = lengths[i];
+    EXPECT_EQ(b.ids[i], generate(model, prompts[i], o).ids) << name << " sequence " << i;
+    EXPECT_GT(b.ttft_s[i], 0);
+  }
+  // Steps: 5 after the first tokens, with 2 rows until the third sequence is done, then 1.
+  EXPECT_EQ(b.step_rows, (std::vector<int64_t>{2, 2, 2, 1, 1})) << name;
+  EXPECT_THROW(generate_static_batch(model, {{1, 2}, {1, 2, 3}}, {2, 2}), std::invalid_argument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Decode_, ::testing::ValuesIn(fixture_names()),
