@@ -828,7 +828,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   DasResult res;
   auto t_interval = clock::now();
   int64_t interval_steps = 0;
-  double interval_kd = 0;
+  double interval_kd = 0, cost_s = 0;  // cost_s: time in the cost model and its Lagrangian (this interval)
   const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   while (st.step < o.steps) {
     if (const int stop = signals.agree(world)) {
@@ -894,6 +894,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       kd_value = pack[N].item<double>();
     }
     // Budgets on the expected cost of the current distribution, ramped from the teacher's value.
+    const auto t_cost = clock::now();
     torch::Tensor theta_c = st.theta.clone().requires_grad_(true);
     const std::vector<torch::Tensor> soft = soft_cost(probs_of(theta_c));
     const double ramp = o.warmup > 0 ? std::min(1.0, double(st.step) / (o.warmup * double(o.steps))) : 1.0;
@@ -915,6 +916,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       penalty.backward();
       g = g + theta_c.grad();
     }
+    cost_s += std::chrono::duration<double>(clock::now() - t_cost).count();
     // Adam on the logits; multipliers by gradient ascent (clamped at 0).
     ++st.adam_steps;
     st.m = beta1 * st.m + (1 - beta1) * g;
@@ -941,7 +943,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       entropy /= double(D);
       if (root) {
         json line = {{"step", st.step}, {"kd_loss", interval_kd / double(interval_steps)}, {"tau", tau},
-                     {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard},
+                     {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard}, {"cost_model_share", cost_s / std::max(dt, 1e-9)},
                      {"elapsed_s", std::chrono::duration<double>(clock::now() - t_start).count()}};
         std::ostringstream os;
         os << "search " << st.step << "/" << o.steps << " | kd " << std::fixed << std::setprecision(4)
@@ -957,10 +959,12 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
         line["budgets"] = cons;
         metrics << line.dump() << "\n" << std::flush;
         os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | "
-           << std::setprecision(0) << tok_s << " tok/s | ETA " << dist::format_duration(eta);
+           << std::setprecision(0) << tok_s << " tok/s | cost model " << std::setprecision(2) << 100.0 * cost_s / std::max(dt, 1e-9)
+           << "% | ETA " << dist::format_duration(eta);
         std::cout << os.str() << std::endl;
       }
       interval_kd = 0;
+      cost_s = 0;
       interval_steps = 0;
       t_interval = clock::now();
     }
