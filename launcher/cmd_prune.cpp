@@ -10,6 +10,7 @@
 #include "checkpoint/convert.h"
 #include "dist/error.h"
 #include "dist/runtime.h"
+#include "launcher/budget_args.h"
 #include "launcher/command.h"
 #include "model/arch_spec.h"
 #include "launcher/hardware_arg.h"
@@ -62,25 +63,12 @@ int run_minitron(const po::variables_map& vm, RunContext& ctx) {
   auto take = [&](const char* name, auto& v) {
     if (vm.count(name)) v = vm[name].as<std::remove_reference_t<decltype(v)>>();
   };
-  take("target-params", o.constraints.params);
-  take("target-active-params", o.constraints.active_params);
-  take("target-memory-gb", o.constraints.memory_gb);
-  take("target-ttft-ms", o.constraints.ttft_ms);
-  take("target-tpot-ms", o.constraints.tpot_ms);
-  take("target-throughput", o.constraints.throughput);
+  read_budget_options(vm, o.constraints);
   take("hardware", o.hardware);
   take("engine", o.engine);
   take("workload", o.workload);
   take("configs-dir", o.configs_dir);
-  if (o.hardware == search::kLocalProfileId) {
-    // This machine's own profile (calibrated on first use), as `cost predict` resolves it.
-    HardwareArg h;
-    h.value = o.hardware;
-    h.configs_dir = o.configs_dir;
-    h.cache_dir = default_cache_dir();
-    h.dtype = cost_dtype("auto");
-    o.hardware = resolve_hardware(h).path;
-  }
+  o.hardware = hardware_profile_path(o.hardware, o.configs_dir);  // cpu-local: this machine's own profile
   take("data", o.data);
   take("split", o.split);
   take("score-samples", o.score_samples);
@@ -115,21 +103,14 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
     "the Minitron baseline: uniform width/depth grid under a parameter, memory or latency budget, top candidates scored by LM loss",
     [](po::options_description& d) {
       search::MinitronOptions c;
+      add_budget_options(d);
       d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory or .h5)")(
           "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher")(
           "out", po::value<std::string>()->value_name("DIR"), "gets arch.json, student/, candidates.csv, candidates.json, manifest.json")(
-          "target-params", po::value<double>()->value_name("N"), "at most N parameters (ArchSpec count, without MTP)")(
-          "target-active-params", po::value<double>()->value_name("N"), "at most N active parameters per token")(
-          "target-memory-gb", po::value<double>()->value_name("X"),
-          "at most X GB (1e9 bytes) of serving memory by the cost model: weights + activations + reserve + KV/state of the "
-          "workload's concurrency (1 sequence when it asks for as many as fit); needs --hardware and --workload")(
           "hardware", po::value<std::string>()->value_name("ID|FILE"), "hardware profile for the cost-model constraints")(
           "engine", po::value<std::string>()->value_name("ID|FILE")->default_value(c.engine), "serving engine profile")(
           "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
-          "target-ttft-ms", po::value<double>()->value_name("X"), "predicted TTFT at most X ms")(
-          "target-tpot-ms", po::value<double>()->value_name("X"), "predicted TPOT at most X ms")(
-          "target-throughput", po::value<double>()->value_name("X"), "predicted output throughput at least X tokens/s")(
           "data", po::value<std::vector<std::string>>()->multitoken(), "scoring data: PATH or WEIGHT:PATH, repeatable")(
           "split", po::value<std::string>()->default_value(c.split), "train,calibration,eval document fractions (scores use calibration)")(
           "score-samples", po::value<int64_t>()->default_value(c.score_samples), "sequences each candidate is scored on")(

@@ -9,6 +9,7 @@
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "distill/trainer.h"
+#include "launcher/budget_args.h"
 #include "launcher/command.h"
 #include "launcher/hardware_arg.h"
 #include "search/costmodel/local_profile.h"
@@ -50,12 +51,7 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
     if (vm.count(name)) v = vm[name].as<std::remove_reference_t<decltype(v)>>();
   };
   auto& c = o.constraints;
-  take("target-params", c.absolute.params);
-  take("target-active-params", c.absolute.active_params);
-  take("target-memory-gb", c.absolute.memory_gb);
-  take("target-ttft-ms", c.absolute.ttft_ms);
-  take("target-tpot-ms", c.absolute.tpot_ms);
-  take("target-throughput", c.absolute.throughput);
+  read_budget_options(vm, c.absolute);
   take("target-params-ratio", c.params_ratio);
   take("target-active-params-ratio", c.active_params_ratio);
   take("target-memory-gb-ratio", c.memory_ratio);
@@ -66,14 +62,7 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   take("engine", o.engine);
   take("workload", o.workload);
   take("configs-dir", o.configs_dir);
-  if (o.hardware == search::kLocalProfileId) {
-    HardwareArg h;
-    h.value = o.hardware;
-    h.configs_dir = o.configs_dir;
-    h.cache_dir = default_cache_dir();
-    h.dtype = cost_dtype(vm["dtype"].as<std::string>());
-    o.hardware = resolve_hardware(h).path;
-  }
+  o.hardware = hardware_profile_path(o.hardware, o.configs_dir, vm["dtype"].as<std::string>());
   take("axes", o.space.axes);
   if (vm.count("choices"))
     for (const auto& t : vm["choices"].as<std::vector<std::string>>()) o.space.choices.insert(parse_choice(t));
@@ -116,6 +105,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
     "serving cost model (differentiable, KD in the loop; run under mpirun)",
     [](po::options_description& d) {
       search::DasOptions c;
+      add_budget_options(d);
       d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory or .h5)")(
           "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher (autocompress importance)")(
           "data", po::value<std::vector<std::string>>()->multitoken(), "search data: PATH or WEIGHT:PATH, repeatable (the train split)")(
@@ -126,13 +116,6 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "serving engine profile: also decides which axes may differ per layer (its `heterogeneous` block)")(
           "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
-          "target-params", po::value<double>()->value_name("N"), "at most N parameters")(
-          "target-active-params", po::value<double>()->value_name("N"), "at most N active parameters per token")(
-          "target-memory-gb", po::value<double>()->value_name("X"),
-          "at most X GB of serving memory (weights + activations + reserve + KV/state of the workload's concurrency)")(
-          "target-ttft-ms", po::value<double>()->value_name("X"), "predicted TTFT at most X ms")(
-          "target-tpot-ms", po::value<double>()->value_name("X"), "predicted TPOT at most X ms")(
-          "target-throughput", po::value<double>()->value_name("X"), "predicted output throughput at least X tokens/s")(
           "target-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's parameters")(
           "target-active-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's active parameters")(
           "target-memory-gb-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted memory")(

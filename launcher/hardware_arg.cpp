@@ -69,4 +69,14 @@ ResolvedHardware resolve_hardware(const HardwareArg& arg) {
   return r;
 }
 
+std::string hardware_profile_path(const std::string& value, const std::string& configs_dir, const std::string& dtype) {
+  if (value != search::kLocalProfileId) return value;
+  HardwareArg h;
+  h.value = value;
+  h.configs_dir = configs_dir;
+  h.cache_dir = default_cache_dir();
+  h.dtype = cost_dtype(dtype);
+  return resolve_hardware(h).path;
+}
+
 }  // namespace ac::launcher

@@ -33,6 +33,10 @@ struct ResolvedHardware {
 // Prints one line on stderr (stdout may be JSON) when it calibrates (why, where, how long it takes).
 ResolvedHardware resolve_hardware(const HardwareArg& arg);
 
+// A --hardware value as a file to load: `cpu-local` resolved (calibrated on first use) in the
+// default cache for the `dtype` requested (auto | bf16 | f32); anything else as given.
+std::string hardware_profile_path(const std::string& value, const std::string& configs_dir, const std::string& dtype = "auto");
+
 // "bf16"/"bfloat16" -> "bfloat16", "f32"/"float32" -> "float32", "f16" -> "float16",
 // "auto" -> the dist::choose_dtype pick; the reason goes to `reason` when given.
 std::string cost_dtype(const std::string& requested, std::string* reason = nullptr);

@@ -112,8 +112,7 @@ ExactCost exact_cost(const model::ArchSpec& spec, const CostTarget* target) {
   c.active_params = double(pc.active());
   if (target) {
     const Prediction p = predict(spec, target->hardware, target->engine, target->workload);
-    c.memory_bytes = p.weight_bytes + p.activation_bytes + p.reserved_bytes +
-                     double(std::max<int64_t>(1, target->workload.concurrency)) * p.bytes_per_seq;
+    c.memory_bytes = serving_memory_bytes(p, target->workload);
     c.ttft_s = p.ttft_s;
     c.tpot_s = p.tpot_s;
     c.throughput_tok_s = p.throughput_tok_s;

@@ -166,9 +166,11 @@ int64_t minitron_divisor(int64_t base, int64_t teacher_value) {
 }
 
 double minitron_memory_bytes(const model::ArchSpec& spec, const CostTarget& target) {
-  const Prediction p = predict(spec, target.hardware, target.engine, target.workload);
-  return p.weight_bytes + p.activation_bytes + p.reserved_bytes +
-         double(std::max<int64_t>(1, target.workload.concurrency)) * p.bytes_per_seq;
+  return serving_memory_bytes(predict(spec, target.hardware, target.engine, target.workload), target.workload);
+}
+
+double serving_memory_bytes(const Prediction& p, const Workload& workload) {
+  return p.weight_bytes + p.activation_bytes + p.reserved_bytes + double(std::max<int64_t>(1, workload.concurrency)) * p.bytes_per_seq;
 }
 
 MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& scores, const MinitronConstraints& c,
@@ -274,8 +276,7 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
     if (target) {
       const Prediction p = predict(b.spec, target->hardware, target->engine, target->workload);
       cand.predicted = true;
-      cand.memory_bytes = p.weight_bytes + p.activation_bytes + p.reserved_bytes +
-                          double(std::max<int64_t>(1, target->workload.concurrency)) * p.bytes_per_seq;
+      cand.memory_bytes = serving_memory_bytes(p, target->workload);
       cand.ttft_s = p.ttft_s;
       cand.tpot_s = p.tpot_s;
       cand.throughput_tok_s = p.throughput_tok_s;

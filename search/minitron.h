@@ -21,6 +21,8 @@
 
 namespace ac::search {
 
+struct Prediction;
+
 // Budgets; 0 = not given. Counts are ArchSpec counts without MTP; memory, TTFT, TPOT and
 // throughput are cost-model predictions (they need a CostTarget).
 struct MinitronConstraints {
@@ -86,6 +88,8 @@ MinitronGrid minitron_grid(const model::ArchSpec& teacher, const ImportanceScore
 // Memory the constraint compares: weights + activations + reserve + KV cache and state of
 // max(1, workload concurrency) sequences of the workload's context.
 double minitron_memory_bytes(const model::ArchSpec& spec, const CostTarget& target);
+// The same from a prediction already made for that workload.
+double serving_memory_bytes(const Prediction& p, const Workload& workload);
 
 struct MinitronOptions {
   std::string teacher, importance, out;
