@@ -274,6 +274,7 @@ TEST(DasSearch, RemovesWhatCarriesNothing) {
   auto o = toy_options(t, "out");
   o.constraints.absolute.params = double(model::count_params(want).total());
   o.tp = world_size() % 2 == 0 ? 2 : 1;
+  o.steps = 80;
   bool manifest = false;
   const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD, [&](const nlohmann::json&) { manifest = true; });
   EXPECT_TRUE(manifest);
@@ -303,7 +304,7 @@ TEST(DasSearch, RemovesWhatCarriesNothing) {
   std::ifstream metrics(o.out + "/metrics.jsonl");
   int lines = 0;
   for (std::string line; std::getline(metrics, line);) ++lines;
-  EXPECT_EQ(lines, 4);
+  EXPECT_EQ(lines, 8);
 }
 
 TEST(DasSearch, TwoTargetsGiveDifferentStudentsEachWithinItsBudget) {
