@@ -18,8 +18,9 @@ PACKAGES=(
   # launcher and tests
   libboost-program-options-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   libpcre2-dev fortunes fortunes-min  # data/: PCRE2 for the tokenizer regexes; fortunes = demo corpus
-  # scripts that check files with the reference readers
-  python3 python3-numpy python3-h5py
+  # scripts that check files with the reference readers; matplotlib for the run report's
+  # plots (scripts/run_report.py)
+  python3 python3-numpy python3-h5py python3-matplotlib
   # a real single-node Slurm cluster (scripts/slurm_cluster.sh, tests/slurm): the daemons,
   # the client commands, munge. Slurm's mpi_pmix plugin dlopen()s the unversioned
   # libpmix.so, which only libpmix-dev ships; procps for pgrep.
