@@ -640,7 +640,7 @@ class Report:
                 run.absent.append((f"eval/{name}/eval.json", "its eval row"))
 
     def markdown(self):
-        sections = [self.stages(), self.binding(), self.kd_loss(), self.constraints(), self.layers(),
+        sections = [self.summary(), self.stages(), self.binding(), self.kd_loss(), self.constraints(), self.layers(),
                     self.pareto(), self.scorecard_table(), self.eval_table(), self.sample_table(), self.exports()]
         if not self.plt:
             self.run.absent.append(("plots/*.png", "matplotlib is not installed (scripts/setup.sh installs "
@@ -663,9 +663,40 @@ class Report:
             md += s
         return "\n".join(md).rstrip() + "\n"
 
+    def summary(self):
+        """One row per model: size, quality, and measured / predicted latency and memory against the teacher."""
+        out = ["## Summary", ""]
+        points = {p["label"]: p for p in self.pareto_points()} if self.scorecard is not None else {}
+        names = [n for n in ["teacher", *self.wanted] if n in self.evals or TITLE[n] in points]
+        if not names:
+            return out + ["Neither eval results nor a scorecard: nothing to summarise.", ""]
+        teacher = points.get("teacher", {})
+        def vs_teacher(p, key, i):
+            v, t = (p.get(key) or (None, None))[i], (teacher.get(key) or (None, None))[i]
+            if v is None:
+                return "-"
+            return fmt(v) + (f" ({v / t:.2f}x)" if t and p is not teacher else "")
+        use_eval = all(num((self.evals.get(n) or {}).get("loss")) for n in names)
+        rows = []
+        for n in names:
+            p = points.get(TITLE[n]) or {}
+            q = self.evals.get(n) if use_eval else p.get("scorecard_quality") or {}
+            pruned = (self.evals.get(n + "-pruned") or {}).get("loss") if use_eval else None
+            params = (self.evals.get(n) or {}).get("parameters", p.get("params"))
+            rows.append([TITLE[n], fmt_params(params), fmt(q.get("loss")), fmt(pruned) if n != "teacher" else "",
+                         fmt(q.get("kl_to_teacher")), vs_teacher(p, "tpot_ms", 0), vs_teacher(p, "tpot_ms", 1),
+                         vs_teacher(p, "peak_mb", 0)])
+        out += table(["model", "params", "eval loss", "before distillation", "KL to teacher", "TPOT ms measured",
+                      "TPOT ms predicted", "peak MB measured"], rows, ["---"] + ["---:"] * 7)
+        src = "eval/<name>/eval.json" if use_eval else "the scorecard's quality columns (not every model has an eval.json)"
+        return out + ["", f"Eval loss and KL from {src}; latency and memory from the scorecard (the ratio is to "
+                      "the teacher's).", ""]
+
     def stages(self):
         out = ["## Stages", ""]
         stages = self.manifest.get("stages") if isinstance(self.manifest, dict) else None
+        if isinstance(stages, dict):  # {name: {...}} reads as the list
+            stages = [{"name": k, **v} if isinstance(v, dict) else v for k, v in stages.items()]
         if not isinstance(stages, list) or not stages:
             return out + ["No stage table: `manifest.json` is absent or has no `stages`.", ""]
         expect(all(isinstance(s, dict) for s in stages), self.run.path("manifest.json"), "stages: expected objects")
@@ -837,25 +868,29 @@ class Report:
         return out + [""]
 
     def pareto_points(self):
-        points = []
+        """One point per scorecard row. Quality comes from one source for all points, so that they
+        are comparable: eval/<name>/eval.json when every row has one (then the pruned students'
+        eval.json, scored on the same samples, are shown too), else the scorecard's quality."""
+        rows = [r for r in self.scorecard["rows"] if isinstance(r, dict)]
+        labels = [label_of(self.run, r.get("candidate", "?"), (r.get("arch") or {}).get("name")) for r in rows]
+        use_eval = bool(rows) and all(num((self.evals.get(l) or {}).get("loss")) for l in labels)
+        self.quality_source = "eval/<name>/eval.json" if use_eval else "the scorecard's quality columns"
         ms = lambda v: v * 1e3 if num(v) else None
         mb = lambda v: v / 1e6 if num(v) else None
-        for r in self.scorecard["rows"]:
-            if not isinstance(r, dict):
-                continue
-            label = label_of(self.run, r.get("candidate", "?"), (r.get("arch") or {}).get("name"))
-            q, e = r.get("quality") or {}, self.evals.get(label) or {}
-            loss = q.get("loss") if num(q.get("loss")) else e.get("loss")
-            kl = q.get("kl_to_teacher", e.get("kl_to_teacher"))
+        points = []
+        for r, label in zip(rows, labels):
+            q = self.evals.get(label) if use_eval else (r.get("quality") or {})
             tp, tt, pk = r.get("tpot_s") or {}, r.get("ttft_s") or {}, r.get("peak_bytes") or {}
-            pruned = (self.evals.get(label + "-pruned") or {}).get("loss")
+            pruned = (self.evals.get(label + "-pruned") or {}).get("loss") if use_eval else None
             points.append({"label": TITLE.get(label, label), "method": method_of(label),
-                           "loss": loss if num(loss) else None, "kl": kl if num(kl) else None,
+                           "loss": q.get("loss") if num(q.get("loss")) else None,
+                           "kl": q.get("kl_to_teacher") if num(q.get("kl_to_teacher")) else None,
                            "tpot_ms": (ms(tp.get("p50")), ms(tp.get("predicted"))),
                            "ttft_ms": (ms(tt.get("p50")), ms(tt.get("predicted"))),
                            "peak_mb": (mb(pk.get("measured")), mb(pk.get("predicted"))),
                            "pruned_loss": pruned if num(pruned) else None,
-                           "params": (r.get("arch") or {}).get("params"), "status": r.get("status")})
+                           "params": (r.get("arch") or {}).get("params"), "status": r.get("status"),
+                           "scorecard_quality": r.get("quality") or {}})
         return points
 
     def pareto(self):
@@ -872,9 +907,10 @@ class Report:
                     "no Pareto plot.", ""]
         rows0 = [r for r in self.scorecard["rows"] if isinstance(r, dict)]
         hw = ", ".join(str(rows0[0][k]) for k in ("hardware", "engine", "workload") if rows0 and rows0[0].get(k))
-        out += [f"Measured and predicted on {hw or 'the scorecard device'} (scorecard.json); eval loss from the "
-                "scorecard's quality columns, else from eval/<name>/eval.json; `pruned`: the same architecture "
-                "before distillation (eval/<method>-pruned).", ""]
+        out += [f"Latency and memory measured and predicted on {hw or 'the scorecard device'} (scorecard.json); "
+                f"eval loss and KL from {self.quality_source}"
+                + ("; `pruned`: the same architecture before distillation (eval/<method>-pruned)."
+                   if self.quality_source.startswith("eval/") else "."), ""]
         rows = [[cell(p["label"]), fmt_params(p["params"]), fmt(p["loss"]), fmt(p["pruned_loss"]), fmt(p["kl"]),
                  f"{fmt(p['tpot_ms'][0])} / {fmt(p['tpot_ms'][1])}", f"{fmt(p['ttft_ms'][0])} / {fmt(p['ttft_ms'][1])}",
                  f"{fmt(p['peak_mb'][0])} / {fmt(p['peak_mb'][1])}", cell(p["status"] or "-")] for p in points]

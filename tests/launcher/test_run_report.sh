@@ -57,12 +57,12 @@ make_run "$R"
 expect_rc 0 python3 "$REPORT" "$R"
 expect_out "wrote $R/report.md and 4 plots"
 [ -f "$R/report.md" ] && [ ! -e "$R/report.md.tmp" ] || fail "no report.md (or its tmp left)"
-for s in "## What is absent" "## Stages" "## Binding constraint" "## KD loss" "## Constraints during the search" \
+for s in "## What is absent" "## Summary" "## Stages" "## Binding constraint" "## KD loss" "## Constraints during the search" \
          "## Per-layer architecture" "## Quality vs latency and memory" "## Scorecard" "## Eval" "## Samples" "## Exports" \
          "](plots/kd_loss.png)" "](plots/constraints.png)" "](plots/layers.png)" "](plots/pareto.png)" \
          'the binding constraint is **`--target-tpot-ms-ratio`**' "| distill-minitron | skipped |" \
          "| tpot_ms | ≤ 0.8 | 0.7535 | 94.2% |" "### Scorecard: cpu-local, engine local-eager" \
-         "| A fortune: |" "| autocompress | hf |" "Nothing: every stage's output is here."; do
+         "| AutoCompress | 6.827M | 8.376 | 8.517 | 0.01397 | 9.336 (0.88x) |" "| A fortune: |" "| autocompress | hf |" "Nothing: every stage's output is here."; do
   grep -qF -- "$s" "$R/report.md" || { cat "$R/report.md"; fail "report.md lacks '$s'"; }
 done
 check_pngs "$R" kd_loss.png constraints.png layers.png pareto.png
@@ -85,6 +85,7 @@ PY
 R1=$T/only-ac
 make_run "$R1"
 rm -rf "$R1/minitron" "$R1/distill-minitron" "$R1/eval/minitron" "$R1/eval/minitron-pruned" "$R1/export/minitron"
+rm -rf "$R1/eval/teacher"  # the teacher has no eval.json: every model's quality then comes from the scorecard
 $SYS_PY - "$R1" <<'PY' || fail "editing the manifest"
 import json, sys
 m = json.load(open(sys.argv[1] + "/manifest.json"))
@@ -101,6 +102,9 @@ PY
 expect_rc 0 python3 "$REPORT" "$R1"
 grep -qF "Methods: AutoCompress (method = autocompress)." "$R1/report.md" || fail "one-method header"
 grep -qF "| layer | teacher (hidden 128) | AutoCompress (hidden 128) |" "$R1/report.md" || fail "one-method layer table"
+grep -qF "| AutoCompress | 6.827M | 8.385 | - | 0.01428 |" "$R1/report.md" || fail "summary from the scorecard's quality"
+grep -qF "eval loss and KL from the scorecard's quality columns." "$R1/report.md" || fail "Pareto quality source"
+grep -qF -- '- `eval/teacher/eval.json`: its eval row.' "$R1/report.md" || fail "missing teacher eval not said"
 ! grep -q "Minitron" "$R1/report.md" || { grep -n Minitron "$R1/report.md"; fail "a Minitron line in a one-method report"; }
 check_pngs "$R1" kd_loss.png constraints.png layers.png pareto.png
 
