@@ -49,6 +49,7 @@ Runtime::Runtime(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  job_size_ = world_size_;
 
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank_, MPI_INFO_NULL, &node);
@@ -61,6 +62,15 @@ Runtime::Runtime(int* argc, char*** argv) {
     local_rank_source_ = "MPI_COMM_TYPE_SHARED";
   }
 }
+
+Runtime::Runtime(SelfView, const Runtime& job)
+    : world_size_(1),
+      local_rank_(job.local_rank_),
+      local_size_(job.local_size_),
+      local_rank_source_(job.local_rank_source_),
+      thread_level_(job.thread_level_),
+      world_(MPI_COMM_SELF),
+      job_size_(job.job_size_) {}
 
 Runtime::~Runtime() {
   int finalized = 0;
@@ -77,15 +87,17 @@ std::string Runtime::device() const {
 }
 
 void Runtime::abort(int code, const std::string& message) const {
-  if (world_size_ > 1) {
-    std::fprintf(stderr, "[rank %d/%d] autocompress: error: %s\n", world_rank_, world_size_,
+  if (job_size_ > 1) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "[rank %d/%d] autocompress: error: %s\n", rank, job_size_,
                  message.c_str());
   } else {
     std::fprintf(stderr, "autocompress: error: %s\n", message.c_str());
   }
   std::fflush(stderr);
   std::fflush(stdout);
-  if (world_size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  if (job_size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
   if (owns_mpi_) MPI_Finalize();
   std::exit(code);
 }

@@ -14,11 +14,17 @@ class Runtime {
   // Initializes MPI (MPI_THREAD_SERIALIZED: collectives may come from autograd's threads,
   // never from two at once). Safe when MPI is already initialized (then it does not finalize).
   Runtime(int* argc, char*** argv);
+  // This process on its own, inside a job that already runs (MPI_COMM_SELF as its world: size
+  // 1, rank 0; the same local rank and device). For the one-process steps of a multi-rank job
+  // (`autocompress run`'s scorecard). It neither initializes nor finalizes MPI, and abort()
+  // still stops the whole job.
+  struct SelfView {};
+  Runtime(SelfView, const Runtime& job);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  MPI_Comm world() const { return MPI_COMM_WORLD; }
+  MPI_Comm world() const { return world_; }
   int world_rank() const { return world_rank_; }
   int world_size() const { return world_size_; }
   int local_rank() const { return local_rank_; }    // rank among the processes on this node
@@ -42,6 +48,8 @@ class Runtime {
   int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1;
   int thread_level_ = 0;
   bool owns_mpi_ = false;
+  MPI_Comm world_ = MPI_COMM_WORLD;
+  int job_size_ = 1;  // MPI_COMM_WORLD's size, which abort() stops
   std::string local_rank_source_;
 };
 

@@ -1,9 +1,17 @@
-// The budget options `minitron` and `search` share: --target-params, --target-active-params,
-// --target-memory-gb, --target-ttft-ms, --target-tpot-ms, --target-throughput.
+// What `minitron` and `search` share: the budget options (--target-params,
+// --target-active-params, --target-memory-gb, --target-ttft-ms, --target-tpot-ms,
+// --target-throughput) and the teacher's importance scores (neutral ones for --check).
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <filesystem>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/convert.h"
+#include "dist/error.h"
+#include "model/arch_spec.h"
+#include "search/importance.h"
+#include "search/das.h"
 #include "search/minitron.h"
 
 namespace ac::launcher {
@@ -20,6 +28,30 @@ inline void add_budget_options(boost::program_options::options_description& d) {
       "target-throughput", po::value<double>()->value_name("X"), "predicted output throughput at least X tokens/s");
 }
 
+// The same budgets as ratios of the teacher's own value on the same target (search, run).
+inline void add_budget_ratio_options(boost::program_options::options_description& d) {
+  namespace po = boost::program_options;
+  d.add_options()(
+      "target-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's parameters")(
+      "target-active-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's active parameters")(
+      "target-memory-gb-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted memory")(
+      "target-ttft-ms-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted TTFT")(
+      "target-tpot-ms-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted TPOT")(
+      "target-throughput-ratio", po::value<double>()->value_name("R"), "at least R x the teacher's predicted throughput");
+}
+
+inline void read_budget_ratio_options(const boost::program_options::variables_map& vm, search::SearchConstraints& c) {
+  auto take = [&](const char* name, double& v) {
+    if (vm.count(name)) v = vm[name].as<double>();
+  };
+  take("target-params-ratio", c.params_ratio);
+  take("target-active-params-ratio", c.active_params_ratio);
+  take("target-memory-gb-ratio", c.memory_ratio);
+  take("target-ttft-ms-ratio", c.ttft_ratio);
+  take("target-tpot-ms-ratio", c.tpot_ratio);
+  take("target-throughput-ratio", c.throughput_ratio);
+}
+
 inline void read_budget_options(const boost::program_options::variables_map& vm, search::MinitronConstraints& c) {
   auto take = [&](const char* name, double& v) {
     if (vm.count(name)) v = vm[name].as<double>();
@@ -30,6 +62,18 @@ inline void read_budget_options(const boost::program_options::variables_map& vm,
   take("target-ttft-ms", c.ttft_ms);
   take("target-tpot-ms", c.tpot_ms);
   take("target-throughput", c.throughput);
+}
+
+// The importance scores of `teacher` from `importance`; without a file (--check) neutral
+// scores of its architecture (a checkpoint, or an ArchSpec JSON / config.json).
+inline search::ImportanceScores teacher_scores(const std::string& teacher, const std::string& importance) {
+  const bool arch_only = std::filesystem::path(teacher).extension() == ".json";
+  if (importance.empty())
+    return search::neutral_importance(arch_only ? model::load_arch(teacher)
+                                                : checkpoint::checkpoint_arch(checkpoint::CheckpointReader(checkpoint::resolve_checkpoint(teacher))));
+  if (arch_only) throw InputError("command line", "--teacher", teacher + ": a checkpoint is needed with --importance");
+  checkpoint::CheckpointReader r(checkpoint::resolve_checkpoint(teacher));
+  return search::load_importance(importance, checkpoint::model_fingerprint(r));
 }
 
 }  // namespace ac::launcher

@@ -121,6 +121,16 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
                       {"dtype", dt.dtype},
                       {"prefill_seconds", r.prefill_seconds},
                       {"decode_tokens_per_second", decode_tps}};
+  if (vm.count("out")) {  // the same JSON object as a file (atomically)
+    const std::string out = vm["out"].as<std::string>(), tmp = out + ".tmp";
+    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+    {
+      std::ofstream f(tmp);
+      f << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      if (!f) throw std::runtime_error(tmp + ": cannot write");
+    }
+    fs::rename(tmp, out);
+  }
   if (json_out) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -149,7 +159,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "top-p", po::value<double>()->default_value(1.0), "nucleus sampling mass")(
           "seed", po::value<uint64_t>()->default_value(0), "sampling seed")(
           "dtype", po::value<std::string>()->default_value("auto"), "compute dtype: auto | bf16 | f32")(
-          "json", po::bool_switch(), "print one JSON object (ids, text, timings) instead of the text");
+          "json", po::bool_switch(), "print one JSON object (ids, text, timings) instead of the text")(
+          "out", po::value<std::string>()->value_name("FILE"), "also write that JSON object to FILE");
     },
     run_generate}));
 

@@ -28,20 +28,11 @@ std::string required(const po::variables_map& vm, const char* name, const char* 
 }
 
 // The importance scores for the teacher at `teacher` (checked against its fingerprint).
-search::ImportanceScores load_scores(const std::string& teacher, const std::string& importance) {
-  std::string fingerprint;
-  {
-    checkpoint::CheckpointReader r(checkpoint::resolve_checkpoint(teacher));
-    fingerprint = checkpoint::model_fingerprint(r);
-  }
-  return search::load_importance(importance, fingerprint);
-}
-
 int run_prune(const po::variables_map& vm, RunContext& ctx) {
   const std::string teacher = required(vm, "teacher", "prune"), importance = required(vm, "importance", "prune");
   const std::string arch = required(vm, "arch", "prune"), out = required(vm, "out", "prune");
   const model::ArchSpec student = model::load_arch(arch);
-  const search::ImportanceScores scores = load_scores(teacher, importance);
+  const search::ImportanceScores scores = teacher_scores(teacher, importance);
   search::PruneOptions o;
   o.tp = vm["tp"].as<int>();
   o.student_source = arch;
@@ -57,9 +48,10 @@ int run_prune(const po::variables_map& vm, RunContext& ctx) {
 
 int run_minitron(const po::variables_map& vm, RunContext& ctx) {
   search::MinitronOptions o;
+  o.check_only = vm["check"].as<bool>();
   o.teacher = required(vm, "teacher", "minitron");
-  o.importance = required(vm, "importance", "minitron");
-  o.out = required(vm, "out", "minitron");
+  if (!o.check_only || vm.count("importance")) o.importance = required(vm, "importance", "minitron");
+  if (!o.check_only || vm.count("out")) o.out = required(vm, "out", "minitron");
   auto take = [&](const char* name, auto& v) {
     if (vm.count(name)) v = vm[name].as<std::remove_reference_t<decltype(v)>>();
   };
@@ -80,10 +72,11 @@ int run_minitron(const po::variables_map& vm, RunContext& ctx) {
   take("skip", o.skip_axes);
   take("tp", o.tp);
   take("dtype", o.dtype);
-  o.scores_source = o.importance;
-  const search::ImportanceScores scores = load_scores(o.teacher, o.importance);
+  o.scores_source = o.importance.empty() ? "neutral scores (--check)" : o.importance;
+  const search::ImportanceScores scores = teacher_scores(o.teacher, o.importance);
   const auto r = search::run_minitron(o, scores, ctx.runtime.world(),
                                       [&](const nlohmann::json& layout) { ctx.write_manifest(o.out, layout); });
+  if (o.check_only) return kExitOk;
   return r.chosen >= 0 ? kExitOk : kExitRuntime;
 }
 
@@ -105,6 +98,9 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
       search::MinitronOptions c;
       add_budget_options(d);
       d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory or .h5)")(
+          "check", po::bool_switch(),
+          "only check the teacher, target and that some uniform candidate meets every budget, then exit (no "
+          "--importance or --data needed; --teacher may be an ArchSpec JSON or config.json)")(
           "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher")(
           "out", po::value<std::string>()->value_name("DIR"), "gets arch.json, student/, candidates.csv, candidates.json, manifest.json")(
           "hardware", po::value<std::string>()->value_name("ID|FILE"), "hardware profile for the cost-model constraints")(

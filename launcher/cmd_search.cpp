@@ -1,4 +1,5 @@
 // `autocompress search`: the AutoCompress differentiable architecture search (search/das.h).
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -44,20 +45,18 @@ std::pair<std::string, std::vector<int64_t>> parse_choice(const std::string& tex
 
 int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   search::DasOptions o;
+  o.check_only = vm["check"].as<bool>();
   o.teacher = need(vm, "teacher");
-  o.importance = need(vm, "importance");
-  o.out = need(vm, "out");
+  if (!o.check_only) o.importance = need(vm, "importance");
+  if (!o.check_only) o.out = need(vm, "out");
+  if (vm.count("importance")) o.importance = vm["importance"].as<std::string>();
+  if (vm.count("out")) o.out = vm["out"].as<std::string>();
   auto take = [&](const char* name, auto& v) {
     if (vm.count(name)) v = vm[name].as<std::remove_reference_t<decltype(v)>>();
   };
   auto& c = o.constraints;
   read_budget_options(vm, c.absolute);
-  take("target-params-ratio", c.params_ratio);
-  take("target-active-params-ratio", c.active_params_ratio);
-  take("target-memory-gb-ratio", c.memory_ratio);
-  take("target-ttft-ms-ratio", c.ttft_ratio);
-  take("target-tpot-ms-ratio", c.tpot_ratio);
-  take("target-throughput-ratio", c.throughput_ratio);
+  read_budget_ratio_options(vm, c);
   take("hardware", o.hardware);
   take("engine", o.engine);
   take("workload", o.workload);
@@ -87,15 +86,11 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   take("score-batches", o.score_batches);
   take("log-interval", o.log_interval);
   take("save-interval", o.save_interval);
-  o.scores_source = o.importance;
-  std::string fingerprint;
-  {
-    checkpoint::CheckpointReader r(checkpoint::resolve_checkpoint(o.teacher));
-    fingerprint = checkpoint::model_fingerprint(r);
-  }
-  const search::ImportanceScores scores = search::load_importance(o.importance, fingerprint);
+  o.scores_source = o.importance.empty() ? "neutral scores (--check)" : o.importance;
+  const search::ImportanceScores scores = teacher_scores(o.teacher, o.importance);
   const auto r = search::run_search(o, scores, ctx.runtime.world(),
                                     [&](const nlohmann::json& layout) { ctx.write_manifest(o.out, layout); });
+  if (o.check_only) return kExitOk;
   return r.stopped ? distill::kExitRequeue : kExitOk;
 }
 
@@ -106,7 +101,11 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
     [](po::options_description& d) {
       search::DasOptions c;
       add_budget_options(d);
+      add_budget_ratio_options(d);
       d.add_options()("teacher", po::value<std::string>()->value_name("CKPT"), "teacher checkpoint (directory or .h5)")(
+          "check", po::bool_switch(),
+          "only check the teacher, target, space and that every budget is reachable, then exit (no --importance or "
+          "--data needed; --teacher may be an ArchSpec JSON or config.json)")(
           "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher (autocompress importance)")(
           "data", po::value<std::vector<std::string>>()->multitoken(), "search data: PATH or WEIGHT:PATH, repeatable (the train split)")(
           "out", po::value<std::string>()->value_name("DIR"),
@@ -116,12 +115,6 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "serving engine profile: also decides which axes may differ per layer (its `heterogeneous` block)")(
           "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
-          "target-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's parameters")(
-          "target-active-params-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's active parameters")(
-          "target-memory-gb-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted memory")(
-          "target-ttft-ms-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted TTFT")(
-          "target-tpot-ms-ratio", po::value<double>()->value_name("R"), "at most R x the teacher's predicted TPOT")(
-          "target-throughput-ratio", po::value<double>()->value_name("R"), "at least R x the teacher's predicted throughput")(
           "axes", po::value<std::vector<std::string>>()->multitoken(),
           "axes searched: hidden ffn attn_heads skip (default: hidden and every per-layer axis the engine serves)")(
           "choices", po::value<std::vector<std::string>>()->multitoken(),

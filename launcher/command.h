@@ -42,6 +42,16 @@ struct Subcommand {
 
 bool register_subcommand(Subcommand cmd);
 const std::vector<Subcommand>& subcommands();
+// The registered subcommand named `name` ("distill", "checkpoint import"), or nullptr.
+const Subcommand* find_subcommand(const std::string& name);
+
+// Runs one subcommand inside this process, as `autocompress ARGS...` would (ARGS[0..] are the
+// subcommand's words, then its options; no --config), under `rt`. Returns its exit code;
+// throws ac::InputError when ARGS do not parse, and whatever the subcommand throws.
+// `autocompress run` chains its stages with it.
+int invoke_subcommand(dist::Runtime& rt, const std::vector<std::string>& args);
+// Parses ARGS as invoke_subcommand would, without running anything (ac::InputError if not).
+void check_subcommand_args(const std::vector<std::string>& args);
 
 }  // namespace ac::launcher
 

@@ -37,12 +37,10 @@ std::vector<Subcommand>& registry() {
 
 }  // namespace
 
-po::parsed_options parse_ini_config(const std::string& path, const std::string& subcommand,
-                                    const po::options_description& desc) {
+std::vector<IniEntry> read_ini(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(path, "--config", "cannot open the config file");
-  po::parsed_options parsed(&desc);
-  const std::string mine = normalize_section(subcommand);
+  std::vector<IniEntry> out;
   std::string section;
   std::string line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
@@ -56,17 +54,25 @@ po::parsed_options parse_ini_config(const std::string& path, const std::string& 
     const auto eq = t.find('=');
     if (eq == std::string::npos)
       throw InputError(path, "line " + std::to_string(lineno), "expected 'key = value', got '" + t + "'");
-    const std::string key = trim(t.substr(0, eq));
-    std::string value = trim(t.substr(eq + 1));
-    if (!section.empty() && section != mine) continue;  // another subcommand's section
-    const po::option_description* opt = desc.find_nothrow(key, false);
-    if (!opt || key == "config" || key == "help")
-      throw InputError(path, key, "unknown option for 'autocompress " + subcommand + "' (line " +
-                                      std::to_string(lineno) + ")");
+    out.push_back({section, trim(t.substr(0, eq)), trim(t.substr(eq + 1)), lineno});
+  }
+  return out;
+}
+
+po::parsed_options parse_ini_config(const std::string& path, const std::string& subcommand,
+                                    const po::options_description& desc) {
+  po::parsed_options parsed(&desc);
+  const std::string mine = normalize_section(subcommand);
+  for (const IniEntry& e : read_ini(path)) {
+    if (!e.section.empty() && e.section != mine) continue;  // another subcommand's section
+    const po::option_description* opt = desc.find_nothrow(e.key, false);
+    if (!opt || e.key == "config" || e.key == "help")
+      throw InputError(path, e.key, "unknown option for 'autocompress " + subcommand + "' (line " +
+                                        std::to_string(e.line) + ")");
     po::option o;
-    o.string_key = key;
-    o.value.push_back(value);
-    o.original_tokens = {key, value};
+    o.string_key = e.key;
+    o.value.push_back(e.value);
+    o.original_tokens = {e.key, e.value};
     parsed.options.push_back(o);
   }
   return parsed;
@@ -99,6 +105,12 @@ bool register_subcommand(Subcommand cmd) {
 }
 
 const std::vector<Subcommand>& subcommands() { return registry(); }
+
+const Subcommand* find_subcommand(const std::string& name) {
+  for (const auto& c : registry())
+    if (c.name == name) return &c;
+  return nullptr;
+}
 
 void RunContext::write_manifest(const std::string& dir, const nlohmann::json& layout, const std::string& name) const {
   if (!runtime.is_root()) return;

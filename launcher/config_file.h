@@ -6,8 +6,19 @@
 #include <boost/program_options.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace ac::launcher {
+
+// One `key = value` line of an INI file, with its section ("" before the first header; names
+// normalized: "bench comm" / "bench-comm" -> "bench.comm") and line number.
+struct IniEntry {
+  std::string section, key, value;
+  int line = 0;
+};
+// Every entry of an INI file in order. A syntax error or an unreadable file throws
+// ac::InputError naming the file and line.
+std::vector<IniEntry> read_ini(const std::string& path);
 
 // Reads an INI file for `subcommand`: top-level keys and the keys of the section named after
 // the subcommand ("[bench.comm]", "[bench comm]" or "[bench-comm]") are options of it; other

@@ -130,6 +130,24 @@ int run_subcommand(ac::dist::Runtime& rt, const Subcommand& cmd, int argc, char*
   return cmd.run(p.vm, ctx);
 }
 
+// argv-style words of `args` behind a program name, and the subcommand they start with.
+struct ArgWords {
+  std::vector<std::string> words;
+  std::vector<char*> argv;
+  const Subcommand* cmd = nullptr;
+  int consumed = 0;
+  explicit ArgWords(const std::vector<std::string>& args) : words(args) {
+    words.insert(words.begin(), "autocompress");
+    for (auto& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    cmd = find_subcommand(int(words.size()), argv.data(), &consumed);
+    if (!cmd) throw ac::InputError(std::string("unknown subcommand '") + (args.empty() ? "" : args[0]) + "'");
+    for (int i = 1; i < int(words.size()); ++i)
+      if (words[size_t(i)] == "--config")
+        throw ac::InputError("autocompress " + cmd->name + ": --config is not taken by an invoked subcommand");
+  }
+};
+
 // The world size and rank the process launcher announced in the environment (mpirun, srun,
 // Hydra), before MPI_Init; size 1, rank 0 when started on its own.
 int env_int(std::initializer_list<const char*> names, int fallback) {
@@ -191,6 +209,21 @@ int answer_before_mpi(int argc, char** argv) {
 }
 
 }  // namespace
+
+namespace ac::launcher {
+
+int invoke_subcommand(ac::dist::Runtime& rt, const std::vector<std::string>& args) {
+  ArgWords a(args);
+  return run_subcommand(rt, *a.cmd, int(a.words.size()), a.argv.data(), a.consumed);
+}
+
+void check_subcommand_args(const std::vector<std::string>& args) {
+  ArgWords a(args);
+  po::options_description desc("Options of 'autocompress " + a.cmd->name + "'");
+  parse_options(*a.cmd, desc, int(a.words.size()), a.argv.data(), a.consumed);
+}
+
+}  // namespace ac::launcher
 
 int main(int argc, char** argv) {
   // Help, version and usage errors need no MPI: answered first, in well under a second.

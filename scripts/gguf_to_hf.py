@@ -404,8 +404,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", required=True, help="GGUF file (llama architecture, byte-level BPE tokenizer)")
     ap.add_argument("--out", required=True, help="output directory (config.json, model.safetensors, tokenizer.json)")
+    ap.add_argument("--config-only", action="store_true",
+                    help="write only OUT/config.json (reads the metadata, not the weights): a quick look at the architecture")
     a = ap.parse_args()
     try:
+        if a.config_only:
+            cfg = llama_config(Gguf(a.gguf))
+            os.makedirs(a.out, exist_ok=True)
+            write_json(os.path.join(a.out, "config.json"), cfg)
+            print(f"gguf_to_hf: {a.gguf} -> {a.out}/config.json")
+            return 0
         cfg, n, types = convert(a.gguf, a.out)
     except ConvertError as e:
         print(f"gguf_to_hf: error: {e}", file=sys.stderr)

@@ -655,8 +655,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
                      const std::function<void(const json&)>& on_layout) {
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
-  if (o.out.empty()) throw InputError("--out", "value", "an output directory is required");
-  if (o.data.empty()) throw InputError("--data", "value", "at least one dataset is required");
+  if (o.out.empty() && !o.check_only) throw InputError("--out", "value", "an output directory is required");
+  if (o.data.empty() && !o.check_only) throw InputError("--data", "value", "at least one dataset is required");
   if (o.steps <= 0) throw InputError("--steps", std::to_string(o.steps), "must be positive");
   if (o.seq_len <= 0 || o.micro_batch <= 0) throw InputError("--seq-len/--micro-batch", "value", "must be positive");
   if (!(o.tau_start > 0 && o.tau_end > 0)) throw InputError("--tau-start/--tau-end", "value", "must be positive");
@@ -666,9 +666,12 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
 
   // ---- teacher, target, space, budgets: every check before any forward
-  const std::string teacher_path = checkpoint::resolve_checkpoint(o.teacher);
+  const bool arch_only = o.check_only && fs::path(o.teacher).extension() == ".json";
+  const std::string teacher_path = arch_only ? o.teacher : checkpoint::resolve_checkpoint(o.teacher);
   model::ArchSpec teacher_spec;
-  {
+  if (arch_only) {
+    teacher_spec = model::load_arch(teacher_path);
+  } else {
     checkpoint::CheckpointReader r(teacher_path);
     teacher_spec = checkpoint::checkpoint_arch(r);
   }
@@ -685,6 +688,23 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const SearchSpace space = build_space(teacher_spec, scores, &engine, so, o.scores_source);
   const std::vector<Budget> budgets = resolve_budgets(o.constraints, teacher_spec, target ? &*target : nullptr);
   check_reachable(space, budgets, target ? &*target : nullptr);
+  if (o.check_only) {
+    int rank = 0;
+    MPI_Comm_rank(world, &rank);
+    if (rank == 0) {
+      const ExactCost small = exact_cost(space.spec(space.smallest_pick()), target ? &*target : nullptr);
+      std::cout << "search check: " << teacher_path << ": " << space.decisions.size() << " decisions; every budget is reachable:\n";
+      for (const auto& b : budgets)
+        std::cout << "  " << b.option << ": limit " << shown_text(b.metric, b.value) << ", teacher "
+                  << shown_text(b.metric, b.teacher) << ", smallest architecture " << shown_text(b.metric, small.get(b.metric))
+                  << "\n";
+      std::cout << std::flush;
+    }
+    DasResult res;
+    res.space = space;
+    res.budgets = budgets;
+    return res;
+  }
 
   dist::ParallelLayout layout(world, {o.tp, 0, 0});
   if (const std::string why = model::tp_split_problem(teacher_spec, layout.tp_size()); !why.empty())

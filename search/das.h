@@ -181,6 +181,10 @@ struct DasOptions {
   int64_t score_batches = 4;
   int64_t log_interval = 5, save_interval = 25;
   std::string scores_source = "importance";
+  // Check only: the teacher (a checkpoint, or an ArchSpec JSON / config.json), the target, the
+  // space and the budgets' reachability, then return (nothing is read beyond the teacher's
+  // architecture, nothing is written). `search --check`, and `autocompress run` before any stage.
+  bool check_only = false;
 };
 
 struct DasCandidate {

@@ -102,6 +102,16 @@ using h5::write_u64_attr;
 
 // ---- save / load ------------------------------------------------------------------------
 
+ImportanceScores neutral_importance(const model::ArchSpec& spec) {
+  ImportanceScores s;
+  s.teacher_arch = spec;
+  s.layers.resize(spec.layers.size());
+  std::vector<double> cosine, loss;
+  for (const auto& a : axes_of(spec, s, cosine, loss)) a.values->assign(size_t(numel_of(a.shape)), 0.0);
+  s.teacher_checkpoint = "(neutral scores)";
+  return s;
+}
+
 void save_importance(const ImportanceScores& scores_in, const std::string& path) {
   ImportanceScores s = scores_in;  // axes_of binds mutable vectors; the scores are small
   const model::ArchSpec& spec = s.teacher_arch;

@@ -71,6 +71,10 @@ void save_importance(const ImportanceScores& scores, const std::string& path);
 // stored teacher ArchSpec. With `expected_fingerprint` non-empty, a different teacher is an
 // ac::InputError naming the file ("importance file X was computed for teacher Y ...").
 ImportanceScores load_importance(const std::string& path, const std::string& expected_fingerprint = "");
+// Scores of `spec` that rank nothing above anything else (every score 0: ties keep the lower
+// index). For checks that need a search space's shape but not its order (`search --check`,
+// `minitron --check`: whether a budget is reachable before the calibration has run).
+ImportanceScores neutral_importance(const model::ArchSpec& spec);
 
 // Calibration: the options of `autocompress importance`.
 struct ImportanceOptions {

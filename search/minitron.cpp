@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -387,15 +388,17 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   const bool root = rank == 0;
-  if (o.out.empty()) throw InputError("minitron", "--out", "missing");
-  if (o.data.empty()) throw InputError("minitron", "--data", "give the scoring data (PATH or WEIGHT:PATH)");
+  if (o.out.empty() && !o.check_only) throw InputError("minitron", "--out", "missing");
+  if (o.data.empty() && !o.check_only) throw InputError("minitron", "--data", "give the scoring data (PATH or WEIGHT:PATH)");
   if (o.score_samples < 1) throw InputError("--score-samples", std::to_string(o.score_samples), "must be positive");
   if (o.seq_len < 1) throw InputError("--seq-len", std::to_string(o.seq_len), "must be positive");
   if (o.micro_batch < 1) throw InputError("--micro-batch", std::to_string(o.micro_batch), "must be positive");
   if (o.top_k < 1) throw InputError("--top-k", std::to_string(o.top_k), "must be positive");
-  const std::string teacher_path = checkpoint::resolve_checkpoint(o.teacher);
-  checkpoint::CheckpointReader reader(teacher_path);
-  const model::ArchSpec teacher = checkpoint::checkpoint_arch(reader);
+  const bool arch_only = o.check_only && fs::path(o.teacher).extension() == ".json";
+  const std::string teacher_path = arch_only ? o.teacher : checkpoint::resolve_checkpoint(o.teacher);
+  std::unique_ptr<checkpoint::CheckpointReader> reader;
+  if (!arch_only) reader = std::make_unique<checkpoint::CheckpointReader>(teacher_path);
+  const model::ArchSpec teacher = arch_only ? model::load_arch(teacher_path) : checkpoint::checkpoint_arch(*reader);
   std::optional<CostTarget> target;
   if (!o.hardware.empty() || !o.workload.empty()) {
     if (o.hardware.empty() || o.workload.empty())
@@ -411,6 +414,12 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
   MinitronResult res;
   res.grid = minitron_grid(teacher, scores, o.constraints, target ? &*target : nullptr, go);
   MinitronGrid& g = res.grid;
+  if (o.check_only) {
+    if (root)
+      std::cout << "minitron check: " << teacher_path << ": " << g.feasible.size() << " of " << g.valid
+                << " uniform candidates meet every budget" << std::endl;
+    return res;
+  }
   const torch::Dtype dtype = checkpoint::parse_dtype(dist::choose_dtype(o.dtype).dtype);
 
   // Data and layout (the data is checked before anything is written).
@@ -443,7 +452,7 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
     MinitronCandidate& cand = g.feasible[size_t(k)];
     const PrunePlan plan = plan_prune(teacher, cand.spec, scores, "candidate " + std::to_string(k), o.scores_source);
     model::CausalLM m(plan.student, model::TpGroup{tp_comm}, model::ModelOptions{dtype});
-    load_pruned(*m, reader, plan);
+    load_pruned(*m, *reader, plan);
     data::DataLoader loader(sampler, {o.micro_batch, layout.dp_rank(), layout.dp_size()}, data::DataCursor::start(*sampler));
     torch::NoGradGuard ng;
     double sum = 0, tokens = 0;

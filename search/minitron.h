@@ -105,6 +105,9 @@ struct MinitronOptions {
   int tp = 1;
   std::string dtype = "auto";
   std::string scores_source = "importance";  // names the scores in messages
+  // Check only: the teacher (a checkpoint, or an ArchSpec JSON / config.json), the target and
+  // that some grid candidate meets every budget, then return before any data is read.
+  bool check_only = false;
 };
 
 struct MinitronResult {
