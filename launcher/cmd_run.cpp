@@ -753,6 +753,7 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
       if (ran > 0) std::cout << ", " << ran << " stages run at " << fmt_secs(ran_s / ran) << " each on average";
       std::cout << ")" << std::endl;
       write_json_atomic(mpath, {{"name", s.name}, {"key", s.key}, {"status", "started"}, {"started_at_unix", int64_t(std::time(nullptr))}});
+      if (!s.dir.empty()) fs::create_directories(fs::path(plan.out) / s.dir);
     }
     const auto t0 = clock_type::now();
     if (!s.shell.empty()) {

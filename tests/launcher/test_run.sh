@@ -10,76 +10,9 @@
 #    finishes, skips the stages already done, and ends with the same eval loss (bitwise);
 #  - bad configs (unknown stage key, unknown section, an unreachable target, a teacher that does
 #    not exist) exit 2 naming it before any stage starts.
-source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
+source "$AC_SOURCE_DIR/tests/launcher/run_common.sh"
 rm -rf "$T/teacher" "$T/A" "$T/B" "$T/bad"* "$T"/*.cfg
-make_data
-timeout 300 $MPIEXEC -n 2 "$AC_BIN" pretrain --arch "$AC_SOURCE_DIR/configs/models/tiny-teacher.json" $TRAIN_COMMON \
-  --steps 4 --eval-interval 0 --save-interval 0 --out "$T/teacher" >"$T/teacher.log" 2>&1 ||
-  { cat "$T/teacher.log"; fail "teacher pretraining"; }
-
-# write_cfg FILE [extra top-level lines...]
-write_cfg() {
-  local f=$1; shift
-  {
-    echo "method = both"
-    echo "hardware = h100"
-    echo "engine = local-eager"
-    echo "workload = in-game"
-    echo "target-tpot-ms-ratio = 0.8"
-    echo "tp = 2"
-    echo "dtype = f32"
-    for l in "$@"; do echo "$l"; done
-    cat <<EOF
-[teacher]
-checkpoint = $T/teacher/checkpoints
-tokenizer = $AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2.tokenizer.json
-[data]
-prefix = $T/fortunes
-[importance]
-calib-samples = 8
-seq-len = 32
-no-depth-loss = true
-[search]
-steps = 16
-seq-len = 32
-micro-batch = 2
-candidates = 2
-score-batches = 1
-log-interval = 2
-save-interval = 2
-[minitron]
-top-k = 2
-score-samples = 2
-seq-len = 32
-[distill]
-steps = 12
-seq-len = 32
-micro-batch = 2
-lr = 2e-3
-warmup = 2
-log-interval = 1
-eval-interval = 6
-eval-iters = 1
-save-interval = 2
-[eval]
-seq-len = 64
-samples = 4
-last-word-docs = 8
-[scorecard]
-requests-count = 2
-max-prompt-tokens = 16
-max-output-tokens = 4
-eval-samples = 2
-eval-seq-len = 64
-last-word-docs = 4
-[samples]
-prompts = The old man|A computer is
-max-new-tokens = 6
-[export]
-dtype = f32
-EOF
-  } >"$f"
-}
+make_teacher
 write_cfg "$T/run.cfg"
 RUN=(timeout 600 $MPIEXEC -n 2 "$AC_BIN" run --config "$T/run.cfg")
 
