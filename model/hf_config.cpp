@@ -252,8 +252,11 @@ ArchSpec read_decilm(const json& c, const std::string& path) {
     throw InputError(path, "block_configs", "missing (DeciLM configs list one block config per layer)");
   const json& blocks = c["block_configs"];
   const int heads = int(g.integer("num_attention_heads"));
-  if (heads <= 0 || s.hidden_size % heads != 0)
-    g.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(s.hidden_size));
+  // head_dim: given (vLLM's DeciLM attention reads config.head_dim), else hidden / heads.
+  if (heads <= 0 || (!g.present("head_dim") && s.hidden_size % heads != 0))
+    g.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(s.hidden_size) +
+                                      " and no head_dim is given");
+  const int head_dim = g.present("head_dim") ? int(g.integer("head_dim")) : int(s.hidden_size / heads);
   for (size_t i = 0; i < blocks.size(); ++i) {
     const std::string f = "block_configs[" + std::to_string(i) + "]";
     const json& b = blocks[i];
@@ -271,7 +274,7 @@ ArchSpec read_decilm(const json& c, const std::string& path) {
       AttentionSpec a;
       a.num_heads = heads;
       a.num_kv_heads = int(heads / group);
-      a.head_dim = int(s.hidden_size / heads);
+      a.head_dim = head_dim;
       a.qkv_bias = a.o_bias = g.boolean("attention_bias", false);
       l.attention = a;
     }
@@ -635,8 +638,10 @@ json write_decilm(const ArchSpec& s) {
   write_globals(c, s, "rms_norm_eps");
   c["num_hidden_layers"] = s.layers.size();
   c["hidden_act"] = "silu";
-  // Global fields: num_attention_heads (head_dim = hidden / heads), one attention_bias for
-  // q, k, v and o, one mlp_bias; they come from the first layer that has the sublayer.
+  // Global fields: num_attention_heads and head_dim (vLLM's DeciLM attention reads
+  // config.head_dim, hidden / heads without it; written always, since a hidden-pruned
+  // student keeps the teacher's head_dim), one attention_bias for q, k, v and o, one
+  // mlp_bias; they come from the first layer that has the sublayer.
   size_t a_at = 0, m_at = 0;
   const AttentionSpec* a0 = nullptr;
   const MlpSpec* m0 = nullptr;
@@ -649,6 +654,7 @@ json write_decilm(const ArchSpec& s) {
                                               "export it with --hf-layout per-layer-config");
   const int heads = a0->num_heads;
   c["num_attention_heads"] = heads;
+  c["head_dim"] = a0->head_dim;
   c["attention_bias"] = a0->qkv_bias;
   c["mlp_bias"] = m0 ? m0->bias : false;
   const std::string first_a = "layer " + std::to_string(a_at), first_m = "layer " + std::to_string(m_at);
@@ -663,10 +669,10 @@ json write_decilm(const ArchSpec& s) {
         inexpressible(i, "attention.num_heads",
                       std::to_string(a->num_heads) + " query heads where " + first_a + " has " + std::to_string(heads) +
                           ": DeciLM has one global num_attention_heads, per layer only n_heads_in_group (the KV groups)");
-      if (int64_t(a->head_dim) * heads != s.hidden_size)
+      if (a->head_dim != a0->head_dim)
         inexpressible(i, "attention.head_dim",
-                      std::to_string(a->head_dim) + " is not hidden_size / num_attention_heads = " +
-                          std::to_string(s.hidden_size / heads) + ", the only head_dim DeciLM builds");
+                      std::to_string(a->head_dim) + " where " + first_a + " has " + std::to_string(a0->head_dim) +
+                          ": DeciLM has one global head_dim");
       if (a->num_kv_heads <= 0 || heads % a->num_kv_heads != 0)
         inexpressible(i, "attention.num_kv_heads", std::to_string(a->num_kv_heads) + " does not divide " + std::to_string(heads));
       if (a->qkv_bias != a0->qkv_bias || a->o_bias != a0->qkv_bias)

@@ -142,6 +142,12 @@ TEST(HfConfig, HeterogeneousLlamaPerLayerConfig) {
   EXPECT_EQ(plain(round_trip_hf(s)), plain(s));
   // The ffn_mult survives the text of config.json (what Python reads) exactly.
   EXPECT_EQ(plain(arch_to_json(arch_from_hf_config(json::parse(deci.dump()), "rt.json"))), plain(s));
+  // A hidden-pruned student keeps head_dim 128 with hidden 3072: written as the global head_dim.
+  ArchSpec h = s;
+  h.hidden_size = 3072;
+  const json hd = arch_to_hf_config(h);
+  EXPECT_EQ(hd["head_dim"], 128);
+  EXPECT_EQ(plain(round_trip_hf(h)), plain(h));
   // A DeciLM-family spec (imported from a Nemotron-NAS checkpoint) stays DeciLM, uniform or not.
   ArchSpec d = load_arch(kModels + "llama-3-8b.json");
   d.family = ModelFamily::DeciLM;
