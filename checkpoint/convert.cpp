@@ -255,15 +255,17 @@ std::string export_hdf5(const std::string& checkpoint, const std::string& out_di
 }
 
 std::vector<std::string> export_safetensors(const std::string& checkpoint, const std::string& out_dir, torch::Dtype dtype,
-                                            int64_t max_shard_bytes) {
+                                            int64_t max_shard_bytes, model::HfHeterogeneity how, nlohmann::json* config) {
   refuse_source_dir(resolve_checkpoint(checkpoint), out_dir);
   Loaded l = load_for_export(checkpoint, dtype, /*drop_skipped_nemotron_layers=*/true);
-  // Check that config.json can be written before any weights are.
-  (void)model::arch_to_hf_config(l.spec);
+  // config.json must be writable in the chosen layout before any weights are: a student the
+  // layout cannot express leaves out_dir untouched.
+  const nlohmann::json written = model::arch_to_hf_config(l.spec, how);
   model::SafetensorsWriteOptions opt;
   opt.max_shard_bytes = max_shard_bytes;
   std::vector<std::string> files = model::save_hf_weights(l.model, out_dir, dtype, opt);
-  model::save_hf_config(l.spec, (fs::path(out_dir) / "config.json").string());
+  model::save_hf_config(l.spec, (fs::path(out_dir) / "config.json").string(), how);
+  if (config) *config = written;
   // Weights of an earlier export into the same directory would confuse a reader (an index
   // beside a single file): remove the ones this export did not write.
   const std::set<std::string> mine(files.begin(), files.end());

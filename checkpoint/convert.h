@@ -8,11 +8,13 @@
 #include <torch/types.h>
 
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "model/arch_spec.h"
+#include "model/hf_config.h"
 
 namespace ac::checkpoint {
 
@@ -75,11 +77,17 @@ ImportResult import_hf(MPI_Comm world, const std::string& hf_dir, const std::str
 // HDF5: `out_dir`/step_<N>.h5 + `latest` (N = the source's step), the model tensors only,
 // with the ArchSpec (dtype set to `dtype`). Returns the file's path.
 std::string export_hdf5(const std::string& checkpoint, const std::string& out_dir, torch::Dtype dtype);
-// Hugging Face: safetensors (sharded with an index above max_shard_bytes) + config.json
-// (per-layer overrides when the layers differ). Nemotron-H layers that are skipped (no
-// mixer, no FFN: identities) are left out and later layers renumbered, as in config.json's
-// pattern. Returns the files written.
+// Hugging Face: safetensors (sharded with an index above max_shard_bytes) + config.json in
+// the layout `how` chooses (model::HfHeterogeneity: by default the plain family config for a
+// uniform student, DeciLM / nemotron_h_puzzle block_configs for a heterogeneous one).
+// Nemotron-H layers that are skipped (no mixer, no FFN: identities) are left out and later
+// layers renumbered, as in config.json's pattern. A student the layout cannot express throws
+// ac::InputError (naming the layer and field) before anything is written, so an earlier
+// export in `out_dir` stays as it was. Returns the files written; `config` (when given)
+// receives the config.json written.
 std::vector<std::string> export_safetensors(const std::string& checkpoint, const std::string& out_dir, torch::Dtype dtype,
-                                            int64_t max_shard_bytes = int64_t(5) << 30);
+                                            int64_t max_shard_bytes = int64_t(5) << 30,
+                                            model::HfHeterogeneity how = model::HfHeterogeneity::Auto,
+                                            nlohmann::json* config = nullptr);
 
 }  // namespace ac::checkpoint

@@ -1,6 +1,8 @@
 // `autocompress export`: a checkpoint as a deployment artifact, either one HDF5 file in this
 // project's format at the serving dtype (with its ArchSpec), or the Hugging Face layout
-// (safetensors + config.json with per-layer overrides) that transformers and vLLM load.
+// (safetensors + config.json) that transformers and vLLM load: the plain family config for a
+// uniform student, DeciLM / nemotron_h_puzzle block_configs for a heterogeneous one
+// (--hf-layout, docs/pruning.md).
 #include <chrono>
 #include <filesystem>
 #include <iostream>
@@ -10,6 +12,7 @@
 #include "dist/runtime.h"
 #include "launcher/command.h"
 #include "launcher/config_file.h"
+#include "model/hf_config.h"
 
 namespace ac::launcher {
 namespace {
@@ -24,16 +27,27 @@ int run_export(const po::variables_map& vm, RunContext& ctx) {
   const int64_t shard = parse_size(vm["max-shard-size"].as<std::string>(), "--max-shard-size");
   const std::string source = vm["checkpoint"].as<std::string>();
   const std::string out = vm["out"].as<std::string>();
+  const std::string layout_arg = vm["hf-layout"].as<std::string>();
+  const model::HfHeterogeneity how = model::parse_hf_layout(layout_arg);
+  if (format != "safetensors" && !vm["hf-layout"].defaulted())
+    throw InputError("command line", "--hf-layout", "applies to --format safetensors only");
   // One process does the work (the model is rebuilt at TP = 1); other ranks have nothing to do.
   if (!ctx.runtime.is_root()) return kExitOk;
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> files;
+  nlohmann::json layout = {{"world_size", 1}, {"tp", 1}, {"dp", 1}};
+  std::string layout_line;
   if (format == "hdf5") {
     files.push_back(checkpoint::export_hdf5(source, out, dtype));
   } else {
-    for (const auto& f : checkpoint::export_safetensors(source, out, dtype, shard))
+    nlohmann::json config;
+    for (const auto& f : checkpoint::export_safetensors(source, out, dtype, shard, how, &config))
       files.push_back((std::filesystem::path(out) / f).string());
+    const std::string arch = config["architectures"][0].get<std::string>();
+    layout["hf_layout"] = model::hf_layout_of(config);
+    layout["hf_architecture"] = arch;
+    layout_line = "  hf layout: " + layout["hf_layout"].get<std::string>() + " (" + arch + ", --hf-layout " + layout_arg + ")\n";
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int64_t bytes = 0;
@@ -41,8 +55,8 @@ int run_export(const po::variables_map& vm, RunContext& ctx) {
   std::cout << "exported " << checkpoint::resolve_checkpoint(source) << " as " << format << " "
             << checkpoint::dtype_name(dtype) << " in " << secs << " s:\n";
   for (const auto& f : files) std::cout << "  " << f << "\n";
-  std::cout << "  (" << bytes << " bytes)\n";
-  ctx.write_manifest(out, {{"world_size", 1}, {"tp", 1}, {"dp", 1}});
+  std::cout << "  (" << bytes << " bytes)\n" << layout_line;
+  ctx.write_manifest(out, layout);
   return kExitOk;
 }
 
@@ -57,7 +71,12 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "weight dtype of the export (MoE routers stay f32)")(
           "out", po::value<std::string>()->required()->value_name("DIR"), "output directory (not the source's)")(
           "max-shard-size", po::value<std::string>()->default_value("5GiB"),
-          "safetensors: above this, model-0000i-of-0000n.safetensors + index");
+          "safetensors: above this, model-0000i-of-0000n.safetensors + index")(
+          "hf-layout", po::value<std::string>()->default_value("auto")->value_name("auto|per-layer-config|block-configs"),
+          "safetensors: how per-layer differences are written. auto: a uniform student as the plain family config, "
+          "a heterogeneous Llama-family one as DeciLM block_configs, a heterogeneous Nemotron-H as nemotron_h_puzzle "
+          "block_configs (what vLLM serves); per-layer-config: transformers' per_layer_config; block-configs: "
+          "block_configs even when uniform");
     },
     run_export}));
 

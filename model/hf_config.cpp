@@ -252,8 +252,11 @@ ArchSpec read_decilm(const json& c, const std::string& path) {
     throw InputError(path, "block_configs", "missing (DeciLM configs list one block config per layer)");
   const json& blocks = c["block_configs"];
   const int heads = int(g.integer("num_attention_heads"));
-  if (heads <= 0 || s.hidden_size % heads != 0)
-    g.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(s.hidden_size));
+  // head_dim: given (vLLM's DeciLM attention reads config.head_dim), else hidden / heads.
+  if (heads <= 0 || (!g.present("head_dim") && s.hidden_size % heads != 0))
+    g.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(s.hidden_size) +
+                                      " and no head_dim is given");
+  const int head_dim = g.present("head_dim") ? int(g.integer("head_dim")) : int(s.hidden_size / heads);
   for (size_t i = 0; i < blocks.size(); ++i) {
     const std::string f = "block_configs[" + std::to_string(i) + "]";
     const json& b = blocks[i];
@@ -271,7 +274,7 @@ ArchSpec read_decilm(const json& c, const std::string& path) {
       AttentionSpec a;
       a.num_heads = heads;
       a.num_kv_heads = int(heads / group);
-      a.head_dim = int(s.hidden_size / heads);
+      a.head_dim = head_dim;
       a.qkv_bias = a.o_bias = g.boolean("attention_bias", false);
       l.attention = a;
     }
@@ -602,51 +605,88 @@ json write_qwen3_moe(const ArchSpec& s) {
   return c;
 }
 
+// A student the chosen block_configs layout cannot express: names the layer and field and
+// points at the layout that can (transformers' per_layer_config).
+[[noreturn]] void inexpressible(size_t i, const std::string& field, const std::string& what) {
+  throw InputError("config.json", "layers[" + std::to_string(i) + "]." + field,
+                   what + "; export it with --hf-layout per-layer-config");
+}
+
+// The ffn_mult DeciLM's rounding maps back to exactly `ffn`: the 6-decimal value nearest to
+// 1.5 * ffn / hidden, or a neighbour of it. Only multiples of 256 are reachable.
 double decilm_ffn_mult(int64_t ffn, int64_t hidden, size_t i) {
-  // The smallest 6-decimal multiplier that DeciLM's rounding maps back to exactly ffn.
-  const double base = std::round(1.5 * double(ffn) / double(hidden) * 1e6) / 1e6;
-  for (int step = -2; step <= 4; ++step) {
-    const double m = base + step * 1e-6;
-    if (decilm_ffn_size(m, hidden) == ffn) return m;
+  if (ffn % 256 == 0) {
+    const double base = std::round(1.5 * double(ffn) / double(hidden) * 1e6) / 1e6;
+    for (int step : {0, 1, -1, 2, -2, 3, 4}) {
+      const double m = base + step * 1e-6;
+      if (decilm_ffn_size(m, hidden) == ffn) return m;
+    }
   }
-  unwritable(i, "mlp.ffn_size " + std::to_string(ffn) + " is not a DeciLM width (a multiple of 256 reached by ffn_mult)");
+  inexpressible(i, "mlp.ffn_size",
+                std::to_string(ffn) + " is not a DeciLM FFN width: DeciLM derives it from ffn.ffn_mult as "
+                "round_up(int(2 * ffn_mult * hidden / 3), 256), so it must be a multiple of 256");
 }
 
 json write_decilm(const ArchSpec& s) {
   json c;
   c["architectures"] = {"DeciLMForCausalLM"};
   c["model_type"] = "nemotron-nas";
-  // DeciLM ships its modeling code with the checkpoint; copy the teacher's *.py next to it.
+  // DeciLM's configuration and modeling code are not in transformers: they ship with the
+  // checkpoint (configuration_decilm.py, modeling_decilm.py of NVIDIA's Nemotron-NAS models).
   c["auto_map"] = {{"AutoConfig", "configuration_decilm.DeciLMConfig"},
                    {"AutoModelForCausalLM", "modeling_decilm.DeciLMForCausalLM"}};
   write_globals(c, s, "rms_norm_eps");
   c["num_hidden_layers"] = s.layers.size();
   c["hidden_act"] = "silu";
-  int heads = 0;
-  bool attn_bias = false, mlp_bias = false;
-  for (const auto& l : s.layers) {
-    if (l.attention && !heads) heads = l.attention->num_heads, attn_bias = l.attention->qkv_bias;
-    if (l.mlp) mlp_bias = l.mlp->bias;
+  // Global fields: num_attention_heads and head_dim (vLLM's DeciLM attention reads
+  // config.head_dim, hidden / heads without it; written always, since a hidden-pruned
+  // student keeps the teacher's head_dim), one attention_bias for q, k, v and o, one
+  // mlp_bias; they come from the first layer that has the sublayer.
+  size_t a_at = 0, m_at = 0;
+  const AttentionSpec* a0 = nullptr;
+  const MlpSpec* m0 = nullptr;
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    if (s.layers[i].attention && !a0) a0 = &*s.layers[i].attention, a_at = i;
+    if (s.layers[i].mlp && !m0) m0 = &*s.layers[i].mlp, m_at = i;
   }
-  if (!heads) throw InputError("config.json", "layers", "a DeciLM model needs at least one attention layer");
+  if (!a0)
+    throw InputError("config.json", "layers", "every attention is removed, DeciLM needs one for num_attention_heads; "
+                                              "export it with --hf-layout per-layer-config");
+  const int heads = a0->num_heads;
   c["num_attention_heads"] = heads;
-  c["attention_bias"] = attn_bias;
-  c["mlp_bias"] = mlp_bias;
+  c["head_dim"] = a0->head_dim;
+  c["attention_bias"] = a0->qkv_bias;
+  c["mlp_bias"] = m0 ? m0->bias : false;
+  const std::string first_a = "layer " + std::to_string(a_at), first_m = "layer " + std::to_string(m_at);
   json blocks = json::array();
   for (size_t i = 0; i < s.layers.size(); ++i) {
     const LayerSpec& l = s.layers[i];
-    if (l.mamba || l.moe) unwritable(i, "a " + layer_kind(l) + " layer cannot be written as DeciLMForCausalLM");
+    if (l.mamba) inexpressible(i, "mamba", "a DeciLM block holds attention and a dense MLP, no Mamba mixer");
+    if (l.moe) inexpressible(i, "moe", "a DeciLM block holds attention and a dense MLP, no MoE");
     json at = {{"no_op", !l.attention}, {"replace_with_linear", false}};
     if (const auto& a = l.attention) {
-      if (a->num_heads != heads || int64_t(a->head_dim) * heads != s.hidden_size)
-        unwritable(i, "DeciLM keeps num_attention_heads and head_dim = hidden/heads in every layer");
-      if (a->qkv_bias != attn_bias || a->o_bias != attn_bias || a->qk_norm)
-        unwritable(i, "attention biases / qk_norm not expressible in DeciLM");
+      if (a->num_heads != heads)
+        inexpressible(i, "attention.num_heads",
+                      std::to_string(a->num_heads) + " query heads where " + first_a + " has " + std::to_string(heads) +
+                          ": DeciLM has one global num_attention_heads, per layer only n_heads_in_group (the KV groups)");
+      if (a->head_dim != a0->head_dim)
+        inexpressible(i, "attention.head_dim",
+                      std::to_string(a->head_dim) + " where " + first_a + " has " + std::to_string(a0->head_dim) +
+                          ": DeciLM has one global head_dim");
+      if (a->num_kv_heads <= 0 || heads % a->num_kv_heads != 0)
+        inexpressible(i, "attention.num_kv_heads", std::to_string(a->num_kv_heads) + " does not divide " + std::to_string(heads));
+      if (a->qkv_bias != a0->qkv_bias || a->o_bias != a0->qkv_bias)
+        inexpressible(i, "attention.qkv_bias", "DeciLM has one attention_bias for q, k, v and o in every layer (" +
+                                                   first_a + ": " + (a0->qkv_bias ? "true" : "false") + ")");
+      if (a->qk_norm) inexpressible(i, "attention.qk_norm", "DeciLM attention has no q/k norm");
       at["n_heads_in_group"] = heads / a->num_kv_heads;
     }
     json ff = {{"no_op", !l.mlp}, {"replace_with_linear", false}};
     if (const auto& m = l.mlp) {
-      if (m->activation != MlpActivation::SwiGLU || m->bias != mlp_bias) unwritable(i, "DeciLM MLPs are SwiGLU");
+      if (m->activation != MlpActivation::SwiGLU) inexpressible(i, "mlp.activation", "DeciLM MLPs are SwiGLU");
+      if (m->bias != m0->bias)
+        inexpressible(i, "mlp.bias", "DeciLM has one mlp_bias for every layer (" + first_m + ": " +
+                                         (m0->bias ? "true" : "false") + ")");
       ff["ffn_mult"] = decilm_ffn_mult(m->ffn_size, s.hidden_size, i);
     }
     blocks.push_back({{"attention", at}, {"ffn", ff}});
@@ -690,6 +730,36 @@ json nemotron_attrs(const LayerSpec& l, size_t i) {
   return a;
 }
 
+// The per-block overrides a nemotron_h_puzzle block_configs entry may carry (the published
+// MlpConfig and MoeConfig fields, ../shared/SEARCH.md): MLP and MoE sizes. Mamba and attention
+// dimensions stay global (the schema has no per-layer Mamba heads or KV heads).
+bool puzzle_block_key(char kind, const std::string& key) {
+  static const char* const mlp[] = {"intermediate_size"};
+  static const char* const moe[] = {"n_routed_experts",   "num_experts_per_tok",   "moe_intermediate_size",
+                                    "moe_shared_expert_intermediate_size", "moe_latent_size",
+                                    "routed_scaling_factor", "norm_topk_prob", "n_group", "topk_group"};
+  if (kind == '-') return std::find(std::begin(mlp), std::end(mlp), key) != std::end(mlp);
+  if (kind == 'E') return std::find(std::begin(moe), std::end(moe), key) != std::end(moe);
+  return false;
+}
+
+// The ArchSpec field a NemotronH config attribute comes from (for error messages).
+std::string nemotron_field(const std::string& key) {
+  static const std::map<std::string, std::string> f = {
+      {"mamba_num_heads", "mamba.num_heads"},       {"mamba_head_dim", "mamba.head_dim"},
+      {"ssm_state_size", "mamba.state_size"},       {"n_groups", "mamba.n_groups"},
+      {"conv_kernel", "mamba.conv_kernel"},         {"chunk_size", "mamba.chunk_size"},
+      {"use_conv_bias", "mamba.conv_bias"},         {"use_bias", "mamba.proj_bias"},
+      {"num_attention_heads", "attention.num_heads"}, {"num_key_value_heads", "attention.num_kv_heads"},
+      {"head_dim", "attention.head_dim"},           {"attention_bias", "attention.qkv_bias"},
+      {"intermediate_size", "mlp.ffn_size"},        {"mlp_bias", "mlp.bias"},
+      {"n_routed_experts", "moe.num_experts"},      {"num_experts_per_tok", "moe.top_k"},
+      {"moe_intermediate_size", "moe.expert_ffn"},  {"n_shared_experts", "moe.shared_ffn"},
+      {"moe_shared_expert_intermediate_size", "moe.shared_ffn"}, {"moe_latent_size", "moe.latent_size"}};
+  auto it = f.find(key);
+  return it != f.end() ? it->second : key;
+}
+
 json write_nemotron_h(const ArchSpec& s, HfHeterogeneity how) {
   json c;
   const bool blocks = how == HfHeterogeneity::BlockConfigs;
@@ -726,8 +796,16 @@ json write_nemotron_h(const ArchSpec& s, HfHeterogeneity how) {
                                                                  : "moe"}};
     for (auto it = a.begin(); it != a.end(); ++it) {
       if (c[it.key()] == it.value()) continue;
-      if (blocks) b[it.key()] = it.value();
-      else per_layer[std::to_string(j)][it.key()] = it.value();
+      if (blocks) {
+        if (!puzzle_block_key(pattern[j], it.key()))
+          inexpressible(kept[j], nemotron_field(it.key()),
+                        it.value().dump() + " where the other layers have " + c[it.key()].dump() + " (" + it.key() +
+                            "): nemotron_h_puzzle block_configs carry per-layer MLP and MoE sizes only, not " +
+                            (pattern[j] == 'M' ? "Mamba" : pattern[j] == '*' ? "attention" : "this") + " fields");
+        b[it.key()] = it.value();
+      } else {
+        per_layer[std::to_string(j)][it.key()] = it.value();
+      }
     }
     block_list.push_back(b);
   }
@@ -786,17 +864,30 @@ json arch_to_hf_config(const ArchSpec& s, HfHeterogeneity how) {
     has_hybrid = has_hybrid || l.mamba || l.moe;
     has_mamba = has_mamba || l.mamba;
   }
-  json c;
-  if (s.family == ModelFamily::Qwen3 && has_hybrid && !has_mamba) {
-    c = write_qwen3_moe(s);
-  } else if (s.family == ModelFamily::NemotronH || has_hybrid) {
-    c = write_nemotron_h(s, how);
-  } else if (s.family == ModelFamily::DeciLM || how == HfHeterogeneity::BlockConfigs) {
-    c = write_decilm(s);
-  } else {
-    c = write_llama(s);
+  using H = HfHeterogeneity;
+  if (s.family == ModelFamily::Qwen3 && has_hybrid && !has_mamba) return write_qwen3_moe(s);
+  if (s.family == ModelFamily::NemotronH || has_hybrid) {
+    if (how != H::Auto) return write_nemotron_h(s, how);
+    json plain = write_nemotron_h(s, H::PerLayerConfig);  // uniform: no per-layer overrides
+    return plain.contains("per_layer_config") ? write_nemotron_h(s, H::BlockConfigs) : plain;
   }
-  return c;
+  if (how == H::PerLayerConfig) return write_llama(s);
+  if (how == H::BlockConfigs || s.family == ModelFamily::DeciLM) return write_decilm(s);
+  json plain = write_llama(s);
+  return plain.contains("per_layer_config") ? write_decilm(s) : plain;
+}
+
+HfHeterogeneity parse_hf_layout(const std::string& name, const std::string& what) {
+  if (name == "auto") return HfHeterogeneity::Auto;
+  if (name == "per-layer-config") return HfHeterogeneity::PerLayerConfig;
+  if (name == "block-configs") return HfHeterogeneity::BlockConfigs;
+  throw InputError("command line", what, "'" + name + "' is not auto, per-layer-config or block-configs");
+}
+
+std::string hf_layout_of(const json& config) {
+  if (config.contains("block_configs")) return "block-configs";
+  if (config.contains("per_layer_config")) return "per-layer-config";
+  return "plain";
 }
 
 void save_hf_config(const ArchSpec& spec, const std::string& path, HfHeterogeneity how) {

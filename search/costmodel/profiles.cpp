@@ -321,7 +321,7 @@ EngineProfile engine_from_json(const json& j, const std::string& path) {
     f.fail("activations", "\"" + e.activations + "\" is not profile or eager");
   if (f.has("heterogeneous")) {
     const json& x = j.at("heterogeneous");
-    if (!x.is_object()) f.fail("heterogeneous", "expected {\"format\": ..., \"per_layer\": [axes]}");
+    if (!x.is_object()) f.fail("heterogeneous", "expected {\"format\": ..., \"per_layer\": [axes], \"ffn_multiple\": n}");
     for (const auto& [k, v] : x.items()) {
       if (k == "format" && v.is_string()) e.heterogeneous_format = v.get<std::string>();
       else if (k == "per_layer" && v.is_array()) {
@@ -331,8 +331,12 @@ EngineProfile engine_from_json(const json& j, const std::string& path) {
             f.fail("heterogeneous.per_layer", a.dump() + " is not one of ffn attn_heads mamba_heads experts expert_ffn shared_ffn skip");
           e.per_layer_axes.push_back(a.get<std::string>());
         }
+      } else if (k == "ffn_multiple") {
+        if (!v.is_number_integer() || v.get<int64_t>() < 1) f.fail("heterogeneous.ffn_multiple", "must be an integer >= 1");
+        e.per_layer_ffn_multiple = v.get<int64_t>();
       } else if (k != "comment") {
-        f.fail("heterogeneous." + k, "unknown field or wrong type (format: string, per_layer: array, comment)");
+        f.fail("heterogeneous." + k,
+               "unknown field or wrong type (format: string, per_layer: array, ffn_multiple: integer, comment)");
       }
     }
   }

@@ -145,6 +145,11 @@ struct EngineProfile {
   // varies only these per layer; with none, the engine serves uniform models only.
   std::string heterogeneous_format;
   std::vector<std::string> per_layer_axes;
+  // heterogeneous.ffn_multiple: per-layer dense FFN widths of a heterogeneous Llama-family
+  // student must be multiples of this (DeciLM block_configs give a width only through
+  // ffn_mult, rounded up to a multiple of 256: vLLM 256). 1 = any width. Nemotron-H Puzzle
+  // MLP widths (intermediate_size) are written as they are.
+  int64_t per_layer_ffn_multiple = 1;
   bool serves_per_layer(const std::string& axis) const;
 };
 

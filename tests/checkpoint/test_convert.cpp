@@ -9,6 +9,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
+#include <iterator>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -223,7 +226,7 @@ TEST(HfImport, BadHuggingFaceDirectoriesNameTheFile) {
 // logits on `ids` and the exported config.json. The other ranks wait at the end.
 void export_student(const model::ArchSpec& s, const std::string& dir, uint64_t seed, int64_t step,
                     const torch::Tensor& ids, const std::function<void(const nlohmann::json&)>& check_root,
-                    torch::Tensor* want) {
+                    torch::Tensor* want, model::HfHeterogeneity how = model::HfHeterogeneity::Auto) {
   on_root([&] {
     model::CausalLM m(s, model::TpGroup{dist::make_self_communicator()});
     m->init_weights(seed);
@@ -233,21 +236,32 @@ void export_student(const model::ArchSpec& s, const std::string& dir, uint64_t s
     }
     checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/student", step, checkpoint::model_tensors(m, true),
                                 {{"arch_spec", model::arch_to_json(s)}});
-    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32);
+    nlohmann::json written;
+    checkpoint::export_safetensors(dir + "/student", dir + "/hf", torch::kFloat32, int64_t(5) << 30, how, &written);
     std::ifstream in(dir + "/hf/config.json");
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir + "/hf/config.json")), written);
     check_root(nlohmann::json::parse(in));
   });
 }
 
-TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
-  // A pruned Nemotron-H student: every layer kind with its own dimensions.
-  model::ArchSpec s = model::load_arch(fixture("nemotron_h") + "/config.json");  // M*-EM-E
-  s.layers[0].mamba->num_heads = 4;
-  s.layers[1].attention->num_kv_heads = 4;
+// A pruned Nemotron-H student (fixture M*-EM-E): MLP and MoE sizes per layer, and with
+// `mixers` Mamba heads and KV heads per layer too (which only per_layer_config carries).
+model::ArchSpec pruned_nemotron(bool mixers) {
+  model::ArchSpec s = model::load_arch(fixture("nemotron_h") + "/config.json");
+  if (mixers) {
+    s.layers[0].mamba->num_heads = 4;
+    s.layers[1].attention->num_kv_heads = 4;
+  }
   s.layers[2].mlp->ffn_size = 64;
   s.layers[3].moe->num_experts = 4;
   s.layers[3].moe->expert_ffn = 16;
   s.layers[5].mlp->ffn_size = 32;
+  return s;
+}
+
+TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
+  // Every layer kind with its own dimensions.
+  const model::ArchSpec s = pruned_nemotron(true);
   const std::string dir = shared_dir("hf-hetero");
   torch::manual_seed(11);
   const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 9});
@@ -256,7 +270,7 @@ TEST(HfImport, HeterogeneousStudentExportsWithPerLayerOverrides) {
     ASSERT_TRUE(config.contains("per_layer_config")) << config.dump(2);
     EXPECT_EQ(config["per_layer_config"].value("5", nlohmann::json::object()).value("intermediate_size", 0), 32)
         << config.dump(2);  // the globals take the most common value, layer 5 differs
-  }, &want);
+  }, &want, model::HfHeterogeneity::PerLayerConfig);
   checkpoint::ImportOptions opt;
   opt.tp = world_size() >= 2 ? 2 : 1;
   const auto back = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/back", opt);
@@ -294,4 +308,163 @@ TEST(HfImport, SkippedNemotronLayersAreLeftOutOfTheExport) {
   if (world_rank() == 0) {
     EXPECT_LE((got - want).abs().max().item<double>(), 1e-5);
   }
+}
+
+namespace {
+// The ArchSpec JSON without what a config.json does not carry (name; family: a Llama student
+// comes back from DeciLM block_configs as family "decilm", the same model).
+nlohmann::json plain_arch(model::ArchSpec s) {
+  s.name.clear();
+  nlohmann::json j = model::arch_to_json(s);
+  j.erase("name");
+  j.erase("family");
+  return j;
+}
+// Every regular file under `dir` with its bytes.
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) {
+      std::ifstream in(e.path(), std::ios::binary);
+      out[fs::relative(e.path(), dir).string()] = std::string(std::istreambuf_iterator<char>(in), {});
+    }
+  return out;
+}
+}  // namespace
+
+// `checkpoint import` of dir/hf into dir/back (TP 2 from 2 ranks on): the ArchSpec it read,
+// and on rank 0 the max |diff| of its logits on `ids` against `want` (printed with `what`).
+model::ArchSpec import_back(const std::string& dir, const torch::Tensor& ids, const torch::Tensor& want,
+                            const std::string& what, double* diff) {
+  checkpoint::ImportOptions opt;
+  opt.tp = world_size() >= 2 ? 2 : 1;
+  const auto back = checkpoint::import_hf(MPI_COMM_WORLD, dir + "/hf", dir + "/back", opt);
+  const torch::Tensor got = checkpoint_logits(back.path, ids);
+  *diff = 0;
+  if (world_rank() == 0) {
+    *diff = (got - want).abs().max().item<double>();
+    std::cout << what << " export -> import at TP " << opt.tp << ", logits at TP 1: max |logit diff| " << *diff
+              << " (tolerance 1e-5)\n";
+  }
+  return back.spec;
+}
+
+TEST(HfImport, HeterogeneousLlamaStudentExportsAsDeciLM) {
+  // A pruned Llama student as the search makes them for vLLM: per-layer FFN widths that are
+  // multiples of 256, one attention removed, one MLP removed, KV groups differing per layer.
+  model::ArchSpec s = model::load_arch(fixture("llama") + "/config.json");  // 4 heads, 2 KV heads
+  const model::LayerSpec first = s.layers[0];
+  s.layers.resize(4, first);
+  s.layers[0].mlp->ffn_size = 512;
+  s.layers[1].attention.reset();
+  s.layers[1].mlp->ffn_size = 256;
+  s.layers[2].attention->num_kv_heads = 1;
+  s.layers[2].mlp.reset();
+  s.layers[3].attention->num_kv_heads = 4;
+  s.layers[3].mlp->ffn_size = 768;
+  const std::string dir = shared_dir("hf-decilm");
+  torch::manual_seed(13);
+  const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 11});
+  torch::Tensor want;
+  export_student(s, dir, 23, 4, ids, [&](const nlohmann::json& config) {
+    EXPECT_EQ(config["architectures"][0], "DeciLMForCausalLM") << config.dump(2);
+    EXPECT_EQ(config["model_type"], "nemotron-nas");
+    EXPECT_EQ(model::hf_layout_of(config), "block-configs");
+    ASSERT_EQ(config["block_configs"].size(), 4u);
+    EXPECT_EQ(config["block_configs"][1]["attention"]["no_op"], true);
+    EXPECT_EQ(config["block_configs"][2]["ffn"]["no_op"], true);
+    EXPECT_EQ(config["block_configs"][2]["attention"]["n_heads_in_group"], 4);
+    EXPECT_EQ(config["block_configs"][3]["attention"]["n_heads_in_group"], 1);
+    EXPECT_EQ(model::decilm_ffn_size(config["block_configs"][3]["ffn"]["ffn_mult"].get<double>(), 64), 768);
+    // Our reader gives the same ArchSpec back.
+    EXPECT_EQ(plain_arch(model::arch_from_hf_config(config, "config.json")), plain_arch([&] {
+      auto t = s;
+      t.dtype = "float32";
+      return t;
+    }()));
+    // No weights for the removed sublayers (vLLM's DeciLM builds no norm for a no-op block).
+    model::SafetensorsReader st(dir + "/hf");
+    EXPECT_FALSE(st.contains("model.layers.1.self_attn.q_proj.weight"));
+    EXPECT_FALSE(st.contains("model.layers.1.input_layernorm.weight"));
+    EXPECT_FALSE(st.contains("model.layers.2.post_attention_layernorm.weight"));
+    EXPECT_TRUE(st.contains("model.layers.3.mlp.gate_proj.weight"));
+  }, &want);
+  // `checkpoint import` of the export: same logits as the source checkpoint (fp32 on both sides).
+  double diff = 0;
+  EXPECT_EQ(import_back(dir, ids, want, "DeciLM", &diff).family, model::ModelFamily::DeciLM);
+  EXPECT_LE(diff, 1e-5);  // fp32 on both sides
+}
+
+TEST(HfImport, HeterogeneousNemotronStudentExportsAsPuzzle) {
+  // Layers that differ in MLP and MoE sizes only.
+  const model::ArchSpec s = pruned_nemotron(false);
+  const std::string dir = shared_dir("hf-puzzle");
+  torch::manual_seed(14);
+  const torch::Tensor ids = torch::randint(0, s.vocab_size, {2, 9});
+  torch::Tensor want;
+  export_student(s, dir, 29, 6, ids, [&](const nlohmann::json& config) {
+    EXPECT_EQ(config["architectures"][0], "NemotronHPuzzleForCausalLM") << config.dump(2);
+    EXPECT_EQ(config["model_type"], "nemotron_h_puzzle");
+    ASSERT_EQ(config["block_configs"].size(), 7u);
+    // A block's value: its override, else the global (the most common value, first on ties).
+    auto at = [&](int j, const char* k) {
+      const auto& b = config["block_configs"][j];
+      return b.contains(k) ? b[k] : config[k];
+    };
+    EXPECT_EQ(config["block_configs"][2]["block_type"], "mlp");
+    EXPECT_EQ(at(2, "intermediate_size"), 64);
+    EXPECT_EQ(at(5, "intermediate_size"), 32);
+    EXPECT_EQ(at(3, "n_routed_experts"), 4);
+    EXPECT_EQ(at(3, "moe_intermediate_size"), 16);
+    EXPECT_EQ(at(6, "n_routed_experts"), 8);
+    EXPECT_EQ(at(6, "moe_intermediate_size"), 32);
+    EXPECT_EQ(config["block_configs"][0], (nlohmann::json{{"block_type", "mamba"}}));
+    EXPECT_EQ(plain_arch(model::arch_from_hf_config(config, "config.json")), plain_arch([&] {
+      auto t = s;
+      t.dtype = "float32";
+      return t;
+    }()));
+  }, &want);
+  double diff = 0;
+  EXPECT_EQ(import_back(dir, ids, want, "nemotron_h_puzzle", &diff).family, model::ModelFamily::NemotronH);
+  EXPECT_LE(diff, 1e-5);
+}
+
+TEST(HfImport, InexpressibleStudentWritesNothing) {
+  // A good export first; then a student DeciLM cannot hold (FFN width 300, not a multiple of
+  // 256) into the same directory: InputError naming the layer and field, and the directory
+  // is byte for byte what the good export left.
+  model::ArchSpec s = model::load_arch(fixture("llama") + "/config.json");
+  s.layers[0].mlp->ffn_size = 256;
+  s.layers[1].mlp->ffn_size = 512;
+  const std::string dir = shared_dir("hf-inexpressible");
+  const torch::Tensor ids = torch::randint(0, s.vocab_size, {1, 5});
+  torch::Tensor want;
+  export_student(s, dir, 31, 1, ids, [](const nlohmann::json& c) { EXPECT_EQ(c["architectures"][0], "DeciLMForCausalLM"); },
+                 &want);
+  on_root([&] {
+    const auto before = files_of(dir + "/hf");
+    model::ArchSpec bad = s;
+    bad.layers[1].mlp->ffn_size = 300;
+    model::CausalLM m(bad, model::TpGroup{dist::make_self_communicator()});
+    m->init_weights(37);
+    checkpoint::save_checkpoint(MPI_COMM_SELF, dir + "/bad", 1, checkpoint::model_tensors(m, true),
+                                {{"arch_spec", model::arch_to_json(bad)}});
+    std::string what = "(no error)";
+    try {
+      checkpoint::export_safetensors(dir + "/bad", dir + "/hf", torch::kFloat32);
+    } catch (const InputError& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("layers[1].mlp.ffn_size: 300 is not a DeciLM FFN width"), std::string::npos) << what;
+    EXPECT_NE(what.find("--hf-layout per-layer-config"), std::string::npos) << what;
+    EXPECT_EQ(files_of(dir + "/hf"), before);
+    // Into a new directory: nothing is created.
+    EXPECT_THROW(checkpoint::export_safetensors(dir + "/bad", dir + "/hf-new", torch::kFloat32), InputError);
+    EXPECT_FALSE(fs::exists(dir + "/hf-new"));
+    // per_layer_config holds it.
+    checkpoint::export_safetensors(dir + "/bad", dir + "/hf-new", torch::kFloat32, int64_t(5) << 30,
+                                   model::HfHeterogeneity::PerLayerConfig);
+    EXPECT_EQ(nlohmann::json::parse(std::ifstream(dir + "/hf-new/config.json"))["architectures"][0], "LlamaForCausalLM");
+  });
 }

@@ -21,8 +21,30 @@ expect_out "model/layers.0.mamba.in_proj.weight *float32"
 expect_rc 0 "$AC_BIN" export --checkpoint "$T/imp" --format safetensors --dtype f32 --out "$T/hf"
 [ -f "$T/hf/config.json" ] && [ -f "$T/hf/model.safetensors" ] || fail "safetensors export incomplete"
 grep -q '"NemotronHForCausalLM"' "$T/hf/config.json" || fail "config.json lacks the architecture"
+expect_out "hf layout: plain (NemotronHForCausalLM, --hf-layout auto)"
+grep -q '"hf_layout": "plain"' "$T/hf/manifest.json" || fail "manifest.json lacks the chosen hf_layout"
 expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" checkpoint import --hf "$T/hf" --out "$T/imp2"
 expect_out "float32) at TP 2 x DP 1"
+
+# --hf-layout: block_configs asked for on a uniform student; a student the layout cannot
+# express (the Llama fixture's FFN width 96 is no DeciLM width) exits 2 naming the layer and
+# field, and leaves the directory's earlier export as it was.
+expect_rc 0 "$AC_BIN" export --checkpoint "$T/imp" --format safetensors --dtype f32 --out "$T/puzzle" --hf-layout block-configs
+expect_out "hf layout: block-configs (NemotronHPuzzleForCausalLM"
+grep -q '"nemotron_h_puzzle"' "$T/puzzle/config.json" || fail "block-configs export is not nemotron_h_puzzle"
+expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" checkpoint import --hf "$T/puzzle" --out "$T/imp3"
+expect_rc 0 "$AC_BIN" checkpoint import --hf "$FIX/llama" --out "$T/llama" --dtype f32
+expect_rc 0 "$AC_BIN" export --checkpoint "$T/llama" --format safetensors --out "$T/hfl"
+expect_out "hf layout: plain (LlamaForCausalLM"
+cp "$T/hfl/config.json" "$T/hfl-config.json"
+expect_rc 2 "$AC_BIN" export --checkpoint "$T/llama" --format safetensors --out "$T/hfl" --hf-layout block-configs
+expect_out "layers\[0\].mlp.ffn_size: 96 is not a DeciLM FFN width"
+expect_out "export it with --hf-layout per-layer-config"
+cmp -s "$T/hfl/config.json" "$T/hfl-config.json" || fail "a refused export changed the earlier config.json"
+grep -q '"hf_layout": "plain"' "$T/hfl/manifest.json" || fail "a refused export changed the earlier manifest"
+expect_rc 2 "$AC_BIN" export --checkpoint "$T/llama" --format safetensors --out "$T/bad6" --hf-layout decilm
+expect_out "\-\-hf-layout: 'decilm' is not auto, per-layer-config or block-configs"
+[ ! -e "$T/bad6" ] || fail "a refused export created its directory"
 
 # Single-file bf16 HDF5 for serving.
 expect_rc 0 "$AC_BIN" export --checkpoint "$T/imp/step_0.h5" --format hdf5 --dtype bf16 --out "$T/serve"

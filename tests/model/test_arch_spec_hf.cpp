@@ -85,8 +85,27 @@ TEST(HfConfig, HomogeneousWritersRoundTrip) {
     const ArchSpec s = load_arch(kModels + f);
     const json hf = arch_to_hf_config(s);
     EXPECT_FALSE(hf.contains("per_layer_config")) << f;
+    EXPECT_FALSE(hf.contains("block_configs")) << f;  // uniform: the plain family config
+    EXPECT_EQ(hf_layout_of(hf), "plain") << f;
     EXPECT_EQ(plain(round_trip_hf(s)), plain(s)) << f;
   }
+  EXPECT_EQ(arch_to_hf_config(load_arch(kModels + "llama-3-8b.json"))["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(arch_to_hf_config(load_arch(kModels + "nemotron-h-8b.json"))["architectures"][0], "NemotronHForCausalLM");
+  // block-configs asked for: DeciLM / Puzzle even for a uniform student.
+  const ArchSpec llama = load_arch(kModels + "llama-3-8b.json");
+  const json deci = arch_to_hf_config(llama, HfHeterogeneity::BlockConfigs);
+  EXPECT_EQ(deci["architectures"][0], "DeciLMForCausalLM");
+  EXPECT_EQ(plain(round_trip_hf(llama, HfHeterogeneity::BlockConfigs)), plain(llama));
+  EXPECT_EQ(arch_to_hf_config(load_arch(kModels + "nemotron-h-8b.json"), HfHeterogeneity::BlockConfigs)["model_type"],
+            "nemotron_h_puzzle");
+}
+
+TEST(HfConfig, LayoutNames) {
+  EXPECT_EQ(parse_hf_layout("auto"), HfHeterogeneity::Auto);
+  EXPECT_EQ(parse_hf_layout("per-layer-config"), HfHeterogeneity::PerLayerConfig);
+  EXPECT_EQ(parse_hf_layout("block-configs"), HfHeterogeneity::BlockConfigs);
+  EXPECT_EQ(error_of([] { parse_hf_layout("decilm"); }),
+            "command line: --hf-layout: 'decilm' is not auto, per-layer-config or block-configs");
 }
 
 TEST(HfConfig, HeterogeneousLlamaPerLayerConfig) {
@@ -95,23 +114,96 @@ TEST(HfConfig, HeterogeneousLlamaPerLayerConfig) {
   s.layers[3].mlp->ffn_size = 9216;
   s.layers[12].attention.reset();
   s.layers[20].mlp.reset();
-  const json hf = arch_to_hf_config(s);
+  const json hf = arch_to_hf_config(s, HfHeterogeneity::PerLayerConfig);
   ASSERT_TRUE(hf.contains("per_layer_config"));
+  EXPECT_EQ(hf["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(hf_layout_of(hf), "per-layer-config");
   const json& p = hf["per_layer_config"];
   EXPECT_EQ(p.size(), 3u);
   EXPECT_EQ(p["03"], (json{{"num_key_value_heads", 4}, {"intermediate_size", 9216}}));
   EXPECT_EQ(p["12"]["skip"], json::array({"attention"}));
   EXPECT_EQ(p["20"]["skip"], json::array({"mlp"}));
-  EXPECT_EQ(plain(round_trip_hf(s)), plain(s));
-  // DeciLM block_configs (Nemotron-51B style): FFN widths through ffn_mult, GQA through
-  // n_heads_in_group, removed sublayers as no_op.
-  s.family = ModelFamily::DeciLM;
+  EXPECT_EQ(plain(round_trip_hf(s, HfHeterogeneity::PerLayerConfig)), plain(s));
+  // Auto: DeciLM block_configs (Nemotron-51B style, what vLLM's DeciLMForCausalLM serves):
+  // FFN widths through ffn_mult, GQA through n_heads_in_group, removed sublayers as no_op.
   const json deci = arch_to_hf_config(s);
   EXPECT_EQ(deci["architectures"][0], "DeciLMForCausalLM");
+  EXPECT_EQ(deci["model_type"], "nemotron-nas");
+  EXPECT_EQ(hf_layout_of(deci), "block-configs");
+  EXPECT_FALSE(deci.contains("per_layer_config"));
+  ASSERT_EQ(deci["block_configs"].size(), 32u);
+  EXPECT_EQ(deci["num_attention_heads"], 32);
+  EXPECT_EQ(deci["block_configs"][0]["attention"]["n_heads_in_group"], 4);
   EXPECT_EQ(deci["block_configs"][3]["attention"]["n_heads_in_group"], 8);
   EXPECT_EQ(deci["block_configs"][12]["attention"]["no_op"], true);
+  EXPECT_EQ(deci["block_configs"][20]["ffn"]["no_op"], true);
   EXPECT_EQ(decilm_ffn_size(deci["block_configs"][3]["ffn"]["ffn_mult"].get<double>(), 4096), 9216);
+  EXPECT_EQ(decilm_ffn_size(deci["block_configs"][0]["ffn"]["ffn_mult"].get<double>(), 4096), 14336);
   EXPECT_EQ(plain(round_trip_hf(s)), plain(s));
+  // The ffn_mult survives the text of config.json (what Python reads) exactly.
+  EXPECT_EQ(plain(arch_to_json(arch_from_hf_config(json::parse(deci.dump()), "rt.json"))), plain(s));
+  // A hidden-pruned student keeps head_dim 128 with hidden 3072: written as the global head_dim.
+  ArchSpec h = s;
+  h.hidden_size = 3072;
+  const json hd = arch_to_hf_config(h);
+  EXPECT_EQ(hd["head_dim"], 128);
+  EXPECT_EQ(plain(round_trip_hf(h)), plain(h));
+  // A DeciLM-family spec (imported from a Nemotron-NAS checkpoint) stays DeciLM, uniform or not.
+  ArchSpec d = load_arch(kModels + "llama-3-8b.json");
+  d.family = ModelFamily::DeciLM;
+  EXPECT_EQ(arch_to_hf_config(d)["architectures"][0], "DeciLMForCausalLM");
+  EXPECT_EQ(arch_to_hf_config(d, HfHeterogeneity::PerLayerConfig)["architectures"][0], "LlamaForCausalLM");
+}
+
+// Every FFN width a multiple of 256 is reachable through a 6-decimal ffn_mult, for the
+// hidden sizes of the models we compress; other widths are refused.
+TEST(HfConfig, DeciLMFfnWidthsOfEveryMultipleOf256) {
+  for (int64_t hidden : {576, 960, 2048, 4096, 8192}) {
+    ArchSpec s = load_arch(kModels + "llama-3-8b.json");
+    s.hidden_size = hidden;
+    s.layers.resize(1);
+    s.layers[0].attention->num_heads = int(hidden / 64);
+    s.layers[0].attention->num_kv_heads = 1;
+    s.layers[0].attention->head_dim = 64;
+    for (int64_t ffn = 256; ffn <= 8 * hidden; ffn += 256) {
+      s.layers[0].mlp->ffn_size = ffn;
+      const json c = arch_to_hf_config(s, HfHeterogeneity::BlockConfigs);
+      const double m = c["block_configs"][0]["ffn"]["ffn_mult"].get<double>();
+      ASSERT_EQ(decilm_ffn_size(json::parse(c.dump())["block_configs"][0]["ffn"]["ffn_mult"].get<double>(), hidden), ffn)
+          << "hidden " << hidden << " ffn_mult " << m;
+    }
+  }
+}
+
+// Students DeciLM cannot hold exactly are refused naming the layer and the field, pointing
+// at per_layer_config (which holds them).
+TEST(HfConfig, DeciLMRefusesWhatItCannotExpress) {
+  const ArchSpec base = load_arch(kModels + "llama-3-8b.json");
+  const std::string hint = "; export it with --hf-layout per-layer-config";
+  ArchSpec s = base;
+  s.layers[3].mlp->ffn_size = 9000;  // not a multiple of 256
+  EXPECT_EQ(error_of([&] { arch_to_hf_config(s); }),
+            "config.json: layers[3].mlp.ffn_size: 9000 is not a DeciLM FFN width: DeciLM derives it from ffn.ffn_mult as "
+            "round_up(int(2 * ffn_mult * hidden / 3), 256), so it must be a multiple of 256" + hint);
+  EXPECT_NO_THROW(arch_to_hf_config(s, HfHeterogeneity::PerLayerConfig));
+  s = base;
+  s.layers[5].attention->num_heads = 24;  // query heads pruned, KV heads kept
+  EXPECT_EQ(error_of([&] { arch_to_hf_config(s); }),
+            "config.json: layers[5].attention.num_heads: 24 query heads where layer 0 has 32: DeciLM has one global "
+            "num_attention_heads, per layer only n_heads_in_group (the KV groups)" + hint);
+  EXPECT_EQ(plain(round_trip_hf(s, HfHeterogeneity::PerLayerConfig)), plain(s));
+  s = base;
+  s.layers[1].mlp->bias = true;  // (per_layer_config cannot hold it either)
+  EXPECT_NE(error_of([&] { arch_to_hf_config(s, HfHeterogeneity::BlockConfigs); }).find("config.json: layers[1].mlp.bias: "),
+            std::string::npos);
+  // Qwen3 attention has q/k norms, which DeciLM has not.
+  ArchSpec q = base;
+  q.family = ModelFamily::Qwen3;
+  for (auto& l : q.layers) l.attention->qk_norm = true;
+  EXPECT_EQ(arch_to_hf_config(q)["architectures"][0], "Qwen3ForCausalLM");  // uniform: fine
+  q.layers[2].mlp->ffn_size = 8192;
+  EXPECT_EQ(error_of([&] { arch_to_hf_config(q); }),
+            "config.json: layers[0].attention.qk_norm: DeciLM attention has no q/k norm" + hint);
 }
 
 TEST(HfConfig, DeciLMReadsPublishedStyle) {
@@ -141,22 +233,43 @@ TEST(HfConfig, HeterogeneousNemotronH) {
   ArchSpec s = load_arch(kModels + "nemotron-3-super.json");
   s.layers[1].moe->num_experts = 256;
   s.layers[1].moe->top_k = 12;
-  s.layers[0].mamba->num_heads = 96;
-  s.layers[7].attention->num_kv_heads = 1;
   s.layers[5].moe->expert_ffn = 1280;
+  ArchSpec wide = s;  // also Mamba heads and KV heads per layer: per_layer_config only
+  wide.layers[0].mamba->num_heads = 96;
+  wide.layers[7].attention->num_kv_heads = 1;
   // per_layer_config (transformers' heterogeneity)
-  const json hf = arch_to_hf_config(s);
+  const json hf = arch_to_hf_config(wide, HfHeterogeneity::PerLayerConfig);
+  EXPECT_EQ(hf["architectures"][0], "NemotronHForCausalLM");
   EXPECT_EQ(hf["per_layer_config"]["01"], (json{{"n_routed_experts", 256}, {"num_experts_per_tok", 12}}));
   EXPECT_EQ(hf["per_layer_config"]["00"], (json{{"mamba_num_heads", 96}}));
-  EXPECT_EQ(plain(round_trip_hf(s)), plain(s));
-  // block_configs (Nemotron-H Puzzle)
-  const json puzzle = arch_to_hf_config(s, HfHeterogeneity::BlockConfigs);
+  EXPECT_EQ(plain(round_trip_hf(wide, HfHeterogeneity::PerLayerConfig)), plain(wide));
+  // Auto: block_configs (Nemotron-H Puzzle), the per-layer MoE and MLP sizes it carries.
+  const json puzzle = arch_to_hf_config(s);
   EXPECT_EQ(puzzle["architectures"][0], "NemotronHPuzzleForCausalLM");
+  EXPECT_EQ(puzzle["model_type"], "nemotron_h_puzzle");
+  EXPECT_EQ(hf_layout_of(puzzle), "block-configs");
+  EXPECT_FALSE(puzzle.contains("per_layer_config"));
   EXPECT_EQ(puzzle["block_configs"][5], (json{{"block_type", "moe"}, {"moe_intermediate_size", 1280}}));
-  EXPECT_EQ(plain(round_trip_hf(s, HfHeterogeneity::BlockConfigs)), plain(s));
-  // A skipped layer is left out of the pattern.
-  s.layers[2] = LayerSpec{};
-  EXPECT_EQ(arch_to_hf_config(s)["hybrid_override_pattern"].get<std::string>().size(), 87u);
+  EXPECT_EQ(puzzle["block_configs"][1],
+            (json{{"block_type", "moe"}, {"n_routed_experts", 256}, {"num_experts_per_tok", 12}}));
+  EXPECT_EQ(puzzle["block_configs"][0], (json{{"block_type", "mamba"}}));
+  EXPECT_EQ(plain(round_trip_hf(s)), plain(s));
+  // Per-layer Mamba heads or KV heads are not in the Puzzle schema.
+  const std::string hint = "; export it with --hf-layout per-layer-config";
+  EXPECT_EQ(error_of([&] { arch_to_hf_config(wide); }),
+            "config.json: layers[0].mamba.num_heads: 96 where the other layers have 128 (mamba_num_heads): "
+            "nemotron_h_puzzle block_configs carry per-layer MLP and MoE sizes only, not Mamba fields" + hint);
+  ArchSpec kv = s;
+  kv.layers[7].attention->num_kv_heads = 1;
+  EXPECT_NE(error_of([&] { arch_to_hf_config(kv, HfHeterogeneity::BlockConfigs); })
+                .find("config.json: layers[7].attention.num_kv_heads: 1 where the other layers have 2"),
+            std::string::npos);
+  // A skipped layer is left out of the pattern (and is not a per-layer difference).
+  ArchSpec u = load_arch(kModels + "nemotron-3-super.json");
+  u.layers[2] = LayerSpec{};
+  const json dropped = arch_to_hf_config(u);
+  EXPECT_EQ(dropped["hybrid_override_pattern"].get<std::string>().size(), 87u);
+  EXPECT_EQ(dropped["architectures"][0], "NemotronHForCausalLM");
 }
 
 TEST(HfConfig, NemotronHLayersBlockTypeNames) {

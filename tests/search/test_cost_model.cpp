@@ -200,3 +200,16 @@ TEST(CostModel, ProfilesLoadAndRoundTrip) {
   // A path works in place of an id.
   EXPECT_EQ(load_engine(kConfigs + "/engines/vllm.json", kConfigs).kv_block_tokens, 16);
 }
+
+TEST(CostModel, EngineHeterogeneousFfnMultiple) {
+  // vLLM serves heterogeneous Llama students as DeciLM block_configs, whose FFN widths are
+  // multiples of 256 (ffn_mult rounding); engines without the field take any width.
+  EXPECT_EQ(load_engine("vllm", kConfigs).per_layer_ffn_multiple, 256);
+  EXPECT_EQ(load_engine("local-eager", kConfigs).per_layer_ffn_multiple, 1);
+  json eng = json::parse(R"({"format": "autocompress.engine", "version": 1, "id": "e", "memory_policy": "fraction_of_total",
+    "memory_fraction": 0.9, "kv_block_tokens": 16, "max_num_batched_tokens": 8192, "max_num_seqs": 8,
+    "heterogeneous": {"format": "x", "per_layer": ["ffn"], "ffn_multiple": 0}})");
+  EXPECT_EQ(error_of([&] { engine_from_json(eng, "e.json"); }), "e.json: heterogeneous.ffn_multiple: must be an integer >= 1");
+  eng["heterogeneous"]["ffn_multiple"] = 128;
+  EXPECT_EQ(engine_from_json(eng, "e.json").per_layer_ffn_multiple, 128);
+}
