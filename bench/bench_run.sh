@@ -35,7 +35,7 @@ for stage in m["plan"]:
     if d:
         print(f"mkdir -p {shlex.quote(other + '/' + d)}")
     for sh in stage["shell"]:
-        print(sh.replace(run, other))
+        print(sh.replace(run, other) + " >>\"$LOG\" 2>&1")
     for call in stage["calls"]:
         call = call.replace(run, other)
         one = stage["name"] in ("scorecard", "samples") or stage["name"].startswith("export") or " data preprocess " in call

@@ -427,6 +427,8 @@ json call_for_key(const Call& c, const std::string& run_dir) {
 
 RunPlan make_plan(const Top& t, const StageKeys& keys, const TeacherSource& teacher, const std::string& config_path,
                   const search::CostTarget* target) {
+  const search::EngineProfile engine = target ? target->engine : search::load_engine(t.engine, t.configs_dir);
+  const std::string hf_layout = engine.heterogeneous_format.find("block_configs") != std::string::npos ? "auto" : "per-layer-config";
   RunPlan plan;
   plan.config_path = config_path;
   plan.out = t.out;
@@ -637,6 +639,10 @@ RunPlan make_plan(const Top& t, const StageKeys& keys, const TeacherSource& teac
     Call hf{"export"};
     hf.root_only = true;
     hf.set("checkpoint", ckpt).set("format", "safetensors").set("out", R + "/export/" + m + "/hf");
+    // The per-layer format of the engine the student is for: block_configs (DeciLM /
+    // nemotron_h_puzzle) where it serves them (vLLM), else transformers' per_layer_config, which
+    // holds any shape this project's engine runs (a uniform student gets the plain config).
+    hf.set("hf-layout", hf_layout);
     apply_section(hf, keys, "export", config_path);
     Call h5{"export"};
     h5.root_only = true;

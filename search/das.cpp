@@ -269,6 +269,13 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
     if (!has(axes, a)) throw InputError("--choices", a, "the axis is not searched (add it to --axes)");
   const bool skip = has(axes, "skip");
   const int tp = std::max(1, o.tp);
+  // Per-layer FFN widths of a Llama-family student must be what the engine's format can write
+  // (DeciLM block_configs: multiples of 256); Nemotron-H Puzzle writes any MLP width.
+  bool hybrid = t.family == model::ModelFamily::NemotronH;
+  for (const auto& layer : t.layers) hybrid = hybrid || layer.mamba || layer.moe;
+  const int64_t ffn_multiple = engine && !hybrid ? std::max<int64_t>(1, engine->per_layer_ffn_multiple) : 1;
+  if (ffn_multiple > 1 && has(axes, "ffn"))
+    s.notes.push_back("ffn: per-layer widths are multiples of " + std::to_string(ffn_multiple) + " (" + eng + "'s per-layer format)");
   const size_t L = t.layers.size();
   s.attn.assign(L, -1);
   s.ffn.assign(L, -1);
@@ -340,6 +347,12 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
                                                       : std::vector<int64_t>{F};
       std::vector<int64_t> ok;
       for (int64_t f : widths) {
+        if (f != F && f % ffn_multiple != 0) {  // a width the engine's per-layer format cannot write
+          if (o.choices.count("ffn"))
+            throw InputError("--choices", "ffn=" + join(widths), std::to_string(f) + " is not a multiple of " + std::to_string(ffn_multiple) +
+                                                                    ", which " + eng + " needs for per-layer FFN widths (its heterogeneous.ffn_multiple)");
+          continue;
+        }
         if (splits([&](model::ArchSpec& p) { p.layers[l].mlp->ffn_size = f; })) ok.push_back(f);
         else if (o.choices.count("ffn"))
           throw InputError("--choices", "ffn=" + join(widths), std::to_string(f) + " does not split over TP " + std::to_string(tp) + " in " + where);
