@@ -5,24 +5,9 @@
 # `latest` and ends with the same losses as an uninterrupted run (bitwise: same layout).
 # Exit 77 (not root, packages missing) = SKIP.
 set -uo pipefail
-: "${AC_BIN:?}" "${AC_SOURCE_DIR:?}" "${AC_TEST_TMP:?}" "${MPIEXEC:?}"
-source "$AC_SOURCE_DIR/scripts/slurm_cluster.sh"
-if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root (SlurmUser=root)"; exit 77; fi
-if ! ac_slurm_have_packages; then echo "SKIP: Slurm/munge packages missing (scripts/setup.sh installs them)"; exit 77; fi
-
-T=$AC_TEST_TMP
-CL=$T/cluster
+source "$AC_SOURCE_DIR/tests/slurm/slurm_test_lib.sh"  # SKIP checks, T, CL, fail
 rm -rf "$T"; mkdir -p "$T"; cd "$T" || exit 1
 PY=/usr/bin/python3
-fail() {
-  echo "FAIL: $*"
-  local f
-  for f in "$T"/*.out "$T"/*.log "$CL/log/slurmctld.log"; do
-    [ -r "$f" ] || continue
-    echo "---- $f (last 30 lines)"; tail -n 30 "$f"
-  done
-  exit 1
-}
 
 # Data and a small teacher (plain mpiexec: these are inputs, not what is tested).
 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
@@ -42,9 +27,7 @@ printf '%s\n' \
 timeout 300 $MPIEXEC -n 2 "$AC_BIN" distill --config distill.cfg --teacher "$T/teacher/checkpoints" \
   --out "$T/ref" >ref.log 2>&1 || fail "reference run"
 
-trap 'ac_slurm_stop "$CL"' EXIT
-ac_slurm_start "$CL" --gpus 2 --timeout 30 || fail "cluster did not start"
-ac_slurm_use "$CL"
+cluster_up
 id=$(sbatch --parsable --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 --time=10 \
        --output="$T/job-%j.out" \
        --export="ALL,OMP_NUM_THREADS=1,AC_BIN=$AC_BIN,CONFIG=$T/distill.cfg,TEACHER=$T/teacher/checkpoints,OUT=$T/run" \
