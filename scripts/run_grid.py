@@ -186,7 +186,8 @@ def run_grid(cells, args):
         stop[0] = sig
         if child[0] is not None and child[0].poll() is None:
             try:
-                os.killpg(child[0].pid, signal.SIGINT if sig == signal.SIGINT else sig)
+                # `run` checkpoints on SIGTERM / SIGUSR1; an interactive Ctrl-C becomes SIGTERM
+                os.killpg(child[0].pid, signal.SIGTERM if sig == signal.SIGINT else sig)
             except ProcessLookupError:
                 pass
 
