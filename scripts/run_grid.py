@@ -1,0 +1,731 @@
+#!/usr/bin/env python3
+"""Runs the AutoCompress-vs-Minitron grid of issue 18 and writes its results page.
+
+    python3 scripts/run_grid.py [--targets a,b] [--seeds 1,2] [--out runs/grid]
+        [--configs configs/experiments] [--results docs/results.md] [--ac build/autocompress]
+        [--mpi "mpiexec -n 2"] [--set SECTION.KEY=VALUE ...] [--dry-run] [--report-only]
+
+For every target (one `autocompress run` config, CONFIGS/<target>.cfg, `method = both`) and
+every seed, one cell, one at a time:
+
+    [MPI...] AC run --config CONFIGS/<target>.cfg --seed S --out OUT/<target>-s<S> [--set ...]
+
+logged (appended) to OUT/<target>-s<S>.log, the command to OUT/<target>-s<S>.cmd. A cell whose
+run directory records every stage of its plan done (manifest.json `plan`, stages/<name>.json
+`status`) is skipped and never rerun; an interrupted cell is rerun with the same command, and
+`run` itself skips its done stages and resumes the started one. The configs of one grid must
+agree on everything but the target (hardware, engine, workload, target-* budgets, out): the
+script exits 2 naming the first key where they differ.
+
+Then, from the run directories alone, RESULTS (docs/results.md, written atomically) and the
+plot beside it (RESULTS with .png: eval loss and KL to the teacher per target, both methods,
+before and after distillation, error bars = the sample standard deviation over seeds). A cell
+that is not complete is listed as such and left out of every number.
+
+--dry-run prints each cell's command and whether it would run or be skipped, and writes
+nothing. --report-only runs no cell and writes the results page.
+If the python3 running this lacks matplotlib, it reruns itself once under /usr/bin/python3
+(Debian's python3-matplotlib, scripts/setup.sh); without matplotlib it writes no plot.
+
+Exit codes: 0 every cell ran or was skipped; 1 a cell failed (the others still ran and the page
+is written); 2 bad usage or configs that differ outside the target; 75 interrupted (SIGTERM /
+SIGINT / SIGUSR1 forwarded to the running cell, which checkpoints; rerun to continue).
+"""
+import argparse
+import datetime
+import glob
+import json
+import math
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+PROG = "run_grid"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+METHODS = ("autocompress", "minitron")
+TITLE = {"autocompress": "AutoCompress", "minitron": "Minitron", "teacher": "teacher"}
+# Top-level config keys that may differ between the targets of one grid.
+TARGET_KEYS = ("hardware", "engine", "workload", "out")
+# Quality metrics of eval.json: (key, label, lower is better).
+QUALITY = (("loss", "eval loss", True), ("bits_per_byte", "bits/byte", True),
+           ("last_word_accuracy", "last-word acc", False), ("kl_to_teacher", "KL to teacher", True))
+UNIT = {"tpot_ms": "ms", "ttft_ms": "ms", "memory_gb": "GB", "throughput": "tok/s", "throughput_tok_s": "tok/s",
+        "params": "", "active_params": ""}
+
+
+def die(msg, rc=2):
+    print(f"{PROG}: {msg}", file=sys.stderr)
+    sys.exit(rc)
+
+
+def import_matplotlib():
+    """pyplot with the Agg backend, or None; reruns once under /usr/bin/python3 as
+    scripts/run_report.py does."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        return plt
+    except ImportError as e:
+        system = "/usr/bin/python3"
+        if (os.environ.get("AC_RUN_GRID_REEXEC") != "1" and os.path.exists(system)
+                and os.path.realpath(sys.executable) != os.path.realpath(system)):
+            os.environ["AC_RUN_GRID_REEXEC"] = "1"
+            sys.stdout.flush()
+            os.execv(system, [system, os.path.abspath(__file__)] + sys.argv[1:])
+        print(f"{PROG}: warning: no plot ({e}; scripts/setup.sh installs python3-matplotlib)", file=sys.stderr)
+        return None
+
+
+# ---------------------------------------------------------------- configs
+
+def read_ini(path):
+    """{section: {key: value}} of an `autocompress run` config; top-level keys under ''."""
+    out, sec = {"": {}}, ""
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                sec = line[1:-1].strip()
+                out.setdefault(sec, {})
+                continue
+            if "=" not in line:
+                die(f"{path}:{n}: expected KEY = VALUE, got {line!r}")
+            k, v = line.split("=", 1)
+            out[sec][k.strip()] = v.strip()
+    return out
+
+
+def shared_part(ini):
+    """What every target of a grid must share: all but the target and budget keys."""
+    return {(s, k): v for s, kv in ini.items() for k, v in kv.items()
+            if not (s == "" and (k in TARGET_KEYS or k.startswith("target-")))}
+
+
+def check_shared(configs):
+    names = list(configs)
+    if len(names) < 2:
+        return
+    base_name, base = names[0], shared_part(configs[names[0]])
+    for n in names[1:]:
+        other = shared_part(configs[n])
+        for key in sorted(set(base) | set(other)):
+            if base.get(key) != other.get(key):
+                s, k = key
+                where = f"[{s}] {k}" if s else k
+                die(f"configs differ outside the target: {where} is {base.get(key, '(unset)')!r} in "
+                    f"{base_name}.cfg, {other.get(key, '(unset)')!r} in {n}.cfg")
+
+
+# ---------------------------------------------------------------- cells
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def cell_state(run_dir):
+    """(complete, done stage names, plan stage names) from the run directory."""
+    man = read_json(os.path.join(run_dir, "manifest.json"))
+    plan = [s.get("name") for s in (man or {}).get("plan") or [] if isinstance(s, dict)]
+    done = []
+    for name in plan:
+        st = read_json(os.path.join(run_dir, "stages", f"{name}.json"))
+        if isinstance(st, dict) and st.get("status") == "done":
+            done.append(name)
+    return bool(plan) and len(done) == len(plan), done, plan
+
+
+class Cell:
+    def __init__(self, target, seed, args):
+        self.target, self.seed = target, seed
+        self.name = f"{target}-s{seed}"
+        self.dir = os.path.join(args.out, self.name)
+        self.log = os.path.join(args.out, self.name + ".log")
+        self.cmdfile = os.path.join(args.out, self.name + ".cmd")
+        self.run_args = ["run", "--config", os.path.join(args.configs, target + ".cfg"), "--seed", str(seed),
+                         "--out", self.dir] + [x for s in args.set for x in ("--set", s)]
+        self.cmd = shlex.split(args.mpi) + [args.ac] + self.run_args
+
+
+class Interrupted(Exception):
+    pass
+
+
+def run_cell(cell, child):
+    os.makedirs(os.path.dirname(cell.log) or ".", exist_ok=True)
+    with open(cell.cmdfile + ".tmp", "w", encoding="utf-8") as f:
+        f.write(shlex.join(cell.cmd) + "\n")
+    os.replace(cell.cmdfile + ".tmp", cell.cmdfile)
+    t0 = time.time()
+    with open(cell.log, "a", encoding="utf-8") as log:
+        log.write(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC: "
+                  f"{shlex.join(cell.cmd)}\n")
+        log.flush()
+        p = subprocess.Popen(cell.cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        child[0] = p
+        rc = p.wait()
+        child[0] = None
+        log.write(f"# exit {rc} after {time.time() - t0:.1f} s\n")
+    return rc, time.time() - t0
+
+
+def run_grid(cells, args):
+    """Runs the cells that are not complete; returns the exit code."""
+    child, stop = [None], [None]
+
+    def on_signal(sig, _frame):
+        stop[0] = sig
+        if child[0] is not None and child[0].poll() is None:
+            try:
+                # `run` checkpoints on SIGTERM / SIGUSR1; an interactive Ctrl-C becomes SIGTERM
+                os.killpg(child[0].pid, signal.SIGTERM if sig == signal.SIGINT else sig)
+            except ProcessLookupError:
+                pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, on_signal)
+    failed = []
+    for i, c in enumerate(cells, 1):
+        complete, done, plan = cell_state(c.dir)
+        head = f"[{i}/{len(cells)}] {c.name}"
+        if complete:
+            man = read_json(os.path.join(c.dir, "manifest.json")) or {}
+            note = ""
+            if (man.get("argv") or [None])[1:] != c.run_args:
+                note = f"; note: it was run as {shlex.join(man.get('argv') or [])}"
+            print(f"{head}: skipped (all {len(plan)} stages done){note}", flush=True)
+            continue
+        what = f"continuing ({len(done)} of {len(plan)} stages done)" if plan else "running"
+        if args.dry_run:
+            what = "would be " + what.replace("running", "run").replace("continuing", "continued")
+        print(f"{head}: {what}: {shlex.join(c.cmd)}  (log {c.log})", flush=True)
+        if args.dry_run:
+            continue
+        rc, wall = run_cell(c, child)
+        if stop[0] is not None or rc == 75:
+            print(f"{head}: interrupted (exit {rc}) after {wall:.0f} s; rerun the same command to continue",
+                  flush=True)
+            return 75
+        if rc != 0:
+            print(f"{head}: FAILED (exit {rc}) after {wall:.0f} s; see {c.log}", flush=True)
+            failed.append(c.name)
+        else:
+            print(f"{head}: done in {wall:.0f} s", flush=True)
+    if failed:
+        print(f"{PROG}: failed cells: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---------------------------------------------------------------- reading a finished cell
+
+def num(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def mean_sd(xs):
+    xs = [x for x in xs if num(x)]
+    if not xs:
+        return None, None, 0
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
+    return m, sd, len(xs)
+
+
+def fmt(x, digits=4):
+    if not num(x):
+        return "-"
+    if x != 0 and abs(x) >= 1e5:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def fmt_ms(x, digits=4):
+    return fmt(x, digits) if num(x) else "-"
+
+
+def fmt_msd(xs, scale=1.0, digits=4):
+    m, sd, n = mean_sd(xs)
+    if m is None:
+        return "-"
+    return fmt(m * scale, digits) + (f" ± {fmt(sd * scale, 2)}" if sd is not None else "")
+
+
+def metric_of_option(opt):
+    """--target-tpot-ms -> tpot_ms (the cost model's and Minitron's field names)."""
+    o = opt.replace("--target-", "").replace("-ratio", "")
+    return {"tpot-ms": "tpot_ms", "ttft-ms": "ttft_ms", "memory-gb": "memory_gb", "throughput": "throughput",
+            "params": "params", "active-params": "active_params"}.get(o, o.replace("-", "_"))
+
+
+def minitron_value(cand, metric):
+    if metric in cand:
+        return cand.get(metric)
+    return cand.get({"throughput": "throughput_tok_s"}.get(metric, metric))
+
+
+def read_cell(cell):
+    """Everything the page shows of one complete cell: {method: {...}, 'teacher': {...}, ...}."""
+    d = cell.dir
+    man = read_json(os.path.join(d, "manifest.json")) or {}
+    r = {"cell": cell, "manifest": man, "budgets": man.get("budgets") or [], "methods": {}}
+    sr = read_json(os.path.join(d, "search", "search_report.json")) or {}
+    mc = read_json(os.path.join(d, "minitron", "candidates.json")) or {}
+    sc = read_json(os.path.join(d, "scorecard", "scorecard.json")) or {}
+    r["teacher_eval"] = read_json(os.path.join(d, "eval", "teacher", "eval.json")) or {}
+    rows = {}
+    for row in sc.get("rows") or []:
+        cand = str(row.get("candidate", ""))
+        for m in METHODS:
+            if f"distill-{m}" in cand or f"export/{m}" in cand:
+                rows[m] = row
+        if "distill-" not in cand and "export/" not in cand:
+            rows.setdefault("teacher", row)
+    r["scorecard_teacher"] = rows.get("teacher")
+    stage_wall = {}
+    for p in glob.glob(os.path.join(d, "stages", "*.json")):
+        st = read_json(p) or {}
+        if num(st.get("wall_s")):
+            stage_wall[st.get("name", os.path.basename(p)[:-5])] = st["wall_s"]
+    r["stage_wall"] = stage_wall
+    budgets = {b.get("as"): b for b in r["budgets"] if isinstance(b, dict)}
+    for m in METHODS:
+        e = {"eval": read_json(os.path.join(d, "eval", m, "eval.json")) or {},
+             "pruned": read_json(os.path.join(d, "eval", f"{m}-pruned", "eval.json")) or {},
+             "scorecard": rows.get(m)}
+        # the binding constraint and the student's exact predicted value of every budget
+        costs = []
+        if m == "autocompress":
+            sb = {b.get("option"): b for b in (sr.get("student_cost") or {}).get("budgets") or []}
+            for opt, b in sb.items():
+                costs.append({"option": opt, "metric": metric_of_option(opt), "value": b.get("value"),
+                              "limit": b.get("limit"), "meets": b.get("meets"),
+                              "teacher": (budgets.get(opt) or {}).get("teacher")})
+            e["binding"] = sr.get("binding")
+            e["slack_reason"] = sr.get("slack_reason") or ""
+            e["chosen"] = sr.get("chosen")
+        else:
+            chosen = next((c for c in mc.get("candidates") or [] if isinstance(c, dict) and c.get("chosen")), {})
+            for metric, lim in (mc.get("constraints") or {}).items():
+                v = minitron_value(chosen, metric)
+                at_least = metric.startswith("throughput")
+                opt = next((o for o in budgets if metric_of_option(o) == metric.replace("_tok_s", "")), metric)
+                costs.append({"option": opt, "metric": metric, "value": v, "limit": lim,
+                              "meets": (v >= lim if at_least else v <= lim) if num(v) and num(lim) else None,
+                              "teacher": (budgets.get(opt) or {}).get("teacher")})
+            e["chosen"] = chosen
+            e["feasible"] = (mc.get("feasible"), mc.get("grid_size"))
+        for c in costs:
+            v, lim = c["value"], c["limit"]
+            c["use"] = (lim / v if c["metric"].startswith("throughput") else v / lim) if num(v) and num(lim) and v and lim else None
+        if m == "minitron":
+            e["binding"] = max(costs, key=lambda c: c["use"] or -1)["option"] if costs else None
+        e["costs"] = costs
+        # KD: steps, micro-batch, seq-len, grad-accum, seed, DP from the distill manifest; tokens seen
+        dm = read_json(os.path.join(d, f"distill-{m}", "manifest.json")) or {}
+        cfg = {k: (v.get("value") if isinstance(v, dict) else v) for k, v in (dm.get("config") or {}).items()}
+        dp = (dm.get("layout") or {}).get("dp")
+        kd = {k: cfg.get(k) for k in ("steps", "micro-batch", "seq-len", "grad-accum", "seed")}
+        kd["dp"] = dp
+        try:
+            kd["planned"] = int(kd["steps"]) * int(kd["micro-batch"]) * int(kd["seq-len"]) * int(dp) * int(kd["grad-accum"] or 1)
+        except (TypeError, ValueError):
+            kd["planned"] = None
+        seen = None
+        try:
+            with open(os.path.join(d, f"distill-{m}", "metrics.jsonl"), encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:
+                        continue
+                    if isinstance(rec, dict) and num(rec.get("tokens")):
+                        seen = rec["tokens"]
+        except OSError:
+            pass
+        kd["seen"] = seen
+        e["kd"] = kd
+        stage = "search" if m == "autocompress" else "minitron"
+        e["wall"] = {"prune": stage_wall.get(stage), "distill": stage_wall.get(f"distill-{m}")}
+        r["methods"][m] = e
+    return r
+
+
+# ---------------------------------------------------------------- the page
+
+def table(header, rows, align=None):
+    align = align or ["---"] + ["---:"] * (len(header) - 1)
+    return (["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+            + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def describe_budget(b):
+    """'tpot_ms <= 0.85 x teacher (11.92 -> 10.13 ms)' from a manifest budget."""
+    opt, t, lim = b.get("option", "?"), b.get("teacher"), b.get("limit")
+    metric = metric_of_option(b.get("as") or opt)
+    rel = "≥" if b.get("at_least") else "≤"
+    ratio = lim / t if num(lim) and num(t) and t else None
+    return (f"{metric} {rel} {fmt(ratio, 3)} × teacher ({fmt(t)} → {fmt(lim)} {UNIT.get(metric, '')})"
+            if opt.endswith("-ratio") else f"{metric} {rel} {fmt(lim)} {UNIT.get(metric, '')}").strip()
+
+
+def layer_summary(ls):
+    if not ls:
+        return "no plots/layers.json"
+    return ", ".join(f"{k} {v}" for k, v in ls.items())
+
+
+def layer_kept(layers, method):
+    """{axis: kept %} + hidden + skipped layers from a cell's plots/layers.json, as run_report's
+    per-layer summary."""
+    student, teacher = (layers.get("students") or {}).get(method), layers.get("teacher")
+    if not student or not teacher:
+        return None
+    labels = {a.get("id"): a.get("label", a.get("id")) for a in layers.get("axes") or [] if isinstance(a, dict)}
+    out = {}
+    for axis, vals in (teacher.get("values") or {}).items():
+        tsum = sum(v for v in vals if v)
+        ssum = sum(v for v in (student.get("values") or {}).get(axis) or [] if v)
+        if tsum:
+            out[labels.get(axis, axis)] = f"{100 * ssum / tsum:.0f}%"
+    out["hidden"] = f"{student.get('hidden')}/{teacher.get('hidden')}"
+    skipped = student.get("skipped") or []
+    out["removed layers"] = f"{len(skipped)} ({', '.join(map(str, skipped))})" if skipped else "0"
+    return out
+
+
+def loss_gaps(rs, method, stage):
+    """Per seed: the student's eval loss minus the teacher's on the same samples."""
+    return [r["methods"][method][stage].get("loss") - r["teacher_eval"].get("loss")
+            if num(r["methods"][method][stage].get("loss")) and num(r["teacher_eval"].get("loss")) else None
+            for r in rs]
+
+
+def verdict(diffs, lower_better):
+    """Whether the mean paired difference exceeds its standard deviation over the seeds."""
+    m, spread, n = mean_sd(diffs)
+    if m is None:
+        return "-"
+    if n < 2:
+        return "one seed: no spread"
+    better = m < 0 if lower_better else m > 0
+    if abs(m) <= spread:
+        return f"within the seed spread ({fmt(spread, 2)})"
+    return ("AutoCompress better" if better else "Minitron better") + f" by more than the spread ({fmt(spread, 2)})"
+
+
+def show(path):
+    """A path as the page shows it: relative to the repository when inside it."""
+    r = os.path.relpath(os.path.abspath(path), REPO)
+    return path if r.startswith("..") else r
+
+
+def rel(path, start):
+    return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(start)))
+
+
+def collect(cells):
+    """({cell name: status}, {target: [read_cell of each complete cell]})."""
+    status, data = {}, {}
+    for c in cells:
+        complete, done, plan = cell_state(c.dir)
+        if complete:
+            status[c.name] = "complete"
+            data.setdefault(c.target, []).append(read_cell(c))
+        elif plan:
+            status[c.name] = f"incomplete: {len(done)} of {len(plan)} stages done (next: " + \
+                             next(s for s in plan if s not in done) + "); left out of every number"
+        else:
+            status[c.name] = "not run"
+    return status, data
+
+
+def plot_points(targets, data):
+    """[(target, its budgets as ratios to the teacher, [cells])] of the targets with a complete cell."""
+    pts = []
+    for t in targets:
+        rs = data.get(t, [])
+        if rs:
+            label = ", ".join(f"{metric_of_option(b.get('as') or '')} {'≥' if b.get('at_least') else '≤'} "
+                              f"{fmt(b['limit'] / b['teacher'], 3)}×" for b in rs[0]["budgets"]
+                              if num(b.get("limit")) and num(b.get("teacher")) and b["teacher"])
+            pts.append((t, label, rs))
+    return pts
+
+
+def build_page(targets, configs, cells, status, data, args, plot_name):
+    now = datetime.datetime.now(datetime.timezone.utc)
+    out = ["# Results: AutoCompress vs Minitron at equal hardware budget (issue 18)", "",
+           f"Written by `scripts/run_grid.py` at {now:%Y-%m-%d %H:%M} UTC from the run directories under "
+           f"`{show(args.out)}` (configs: `{show(args.configs)}`). Every number below is read from those files; a cell "
+           "that is not complete is listed and left out. Mean ± sample standard deviation over the seeds "
+           "(the seed spread); both methods of a cell share the teacher, data, importance, seed, budget and "
+           "KD token count.", ""]
+    out += ["Made by `" + shlex.join(["python3", "scripts/run_grid.py"] + sys.argv[1:]) + "`. To run the grid "
+            "(each cell is one `autocompress run --config CONFIGS/<target>.cfg --seed S --out OUT/<target>-s<S>`; "
+            "a finished cell is never rerun, an interrupted one continues): `python3 scripts/run_grid.py` "
+            "(options: `--targets`, `--seeds`, `--mpi`, `--dry-run`, `--report-only`; see its `--help`).", ""]
+    n_done = sum(1 for s in status.values() if s == "complete")
+    out += [f"Cells: {n_done} of {len(cells)} complete.", ""]
+    out += table(["cell", "status", "report"],
+                 [[f"`{c.name}`", status[c.name],
+                   f"[report.md]({rel(os.path.join(c.dir, 'report.md'), args.results)})"
+                   if os.path.exists(os.path.join(c.dir, "report.md")) else "-"] for c in cells],
+                 ["---", "---", "---"]) + [""]
+    # the verdict first
+    summary_rows, sections = [], []
+    for t in targets:
+        top = configs[t][""]
+        budgets_cfg = ", ".join(f"{k} = {v}" for k, v in top.items() if k.startswith("target-"))
+        where = f"{top.get('hardware', '?')} / {top.get('engine', 'local-eager')} / {top.get('workload', '?')}"
+        sec = [f"## {t}: {where}", "", f"Budget in `{t}.cfg`: `{budgets_cfg}`."]
+        rs = data.get(t, [])
+        if not rs:
+            sec += ["", "No complete cell: not run.", ""]
+            summary_rows.append([t, where, budgets_cfg, "-", "not run", "not run", "not run"])
+            sections += sec
+            continue
+        seeds = [r["cell"].seed for r in rs]
+        sec[-1] += (" Resolved on the teacher: " + "; ".join(describe_budget(b) for b in rs[0]["budgets"]) + "."
+                    if rs[0]["budgets"] else "")
+        sec += [f"Seeds: {', '.join(map(str, seeds))}.", ""]
+        measured = top.get("hardware") == "cpu-local"
+        hdr = ["method", "binding", "predicted vs budget", "meets (all seeds)"]
+        if measured:
+            hdr += ["measured TTFT ms", "measured TPOT ms"]
+        hdr += ["params (M)"] + [lab for _, lab, _ in QUALITY[:1]] + ["loss − teacher's"] + \
+               [lab for _, lab, _ in QUALITY[1:]] + ["loss before distill", "KL before distill"]
+        rows = []
+        tev = [r["teacher_eval"] for r in rs]
+        trow = ["teacher", "-", "-", "-"]
+        if measured:
+            trow += [fmt_msd([(r["scorecard_teacher"] or {}).get(k, {}).get("p50") for r in rs], 1e3)
+                     for k in ("ttft_s", "tpot_s")]
+        trow += [fmt_msd([e.get("parameters") for e in tev], 1e-6), fmt_msd([e.get("loss") for e in tev]), "0"] + \
+                [fmt_msd([e.get(k) for e in tev]) for k, _, _ in QUALITY[1:3]] + ["-", "-", "-"]
+        rows.append(trow)
+        for m in METHODS:
+            es = [r["methods"][m] for r in rs]
+            binding = sorted({e["binding"] or "-" for e in es})
+            bc = [next((c for c in e["costs"] if c["option"] == e["binding"]), {}) for e in es]
+            metric = (bc[0] or {}).get("metric", "")
+            use = mean_sd([100 * c["use"] if num(c.get("use")) else None for c in bc])[0]
+            pv = (f"{fmt_msd([c.get('value') for c in bc])} vs {fmt(bc[0].get('limit'))} {UNIT.get(metric, '')} "
+                  f"({fmt(use, 3)}% of it)" if bc[0] else "-")
+            meets = all(c.get("meets") for e in es for c in e["costs"]) and all(e["costs"] for e in es)
+            row = [TITLE[m], ", ".join(f"`{b}`" for b in binding), pv, "yes" if meets else "**NO**"]
+            if measured:
+                row += [fmt_msd([(e["scorecard"] or {}).get(k, {}).get("p50") for e in es], 1e3)
+                        for k in ("ttft_s", "tpot_s")]
+            row += [fmt_msd([e["eval"].get("parameters") for e in es], 1e-6)]
+            qual = [fmt_msd([e["eval"].get(k) for e in es]) for k, _, _ in QUALITY]
+            row += qual[:1] + [fmt_msd(loss_gaps(rs, m, "eval"))] + qual[1:]
+            row += [fmt_msd([e["pruned"].get("loss") for e in es]), fmt_msd([e["pruned"].get("kl_to_teacher") for e in es])]
+            rows.append(row)
+        sec += table(hdr, rows, ["---"] * 4 + ["---:"] * (len(hdr) - 4)) + [""]
+        if measured:
+            sec += ["TTFT and TPOT measured by the scorecard on this machine (p50 over its requests), "
+                    "one process; the predicted values are the cost model's.", ""]
+        # AutoCompress minus Minitron, paired by seed
+        drows, verdicts = [], {}
+        for src, k, lab, lower in [("eval",) + q for q in QUALITY] + [
+                ("pruned", "loss", "eval loss before distillation", True),
+                ("pruned", "kl_to_teacher", "KL before distillation", True)]:
+            a = [r["methods"]["autocompress"][src].get(k) for r in rs]
+            b = [r["methods"]["minitron"][src].get(k) for r in rs]
+            diffs = [x - y for x, y in zip(a, b) if num(x) and num(y)]
+            _, sd_a, _ = mean_sd(a)
+            _, sd_b, _ = mean_sd(b)
+            v = verdict(diffs, lower)
+            verdicts[(src, k)] = v
+            dm, dsd, dn = mean_sd(diffs)
+            drows.append([lab, ("lower" if lower else "higher") + " is better",
+                          (fmt(dm) + (f" ± {fmt(dsd, 2)}" if dsd is not None else "")) if dm is not None else "-",
+                          ", ".join(fmt(x) for x in diffs) or "-",
+                          fmt(sd_a, 2) if sd_a is not None else "-", fmt(sd_b, 2) if sd_b is not None else "-", v])
+        sec += ["AutoCompress minus Minitron, paired by seed (both methods of a cell are scored on the same "
+                "eval samples, which differ between seeds: the teacher's own loss moves with them). The verdict "
+                "compares the mean difference with the standard deviation of the per-seed differences (the seed "
+                "spread); the two methods' own standard deviations are beside it.", ""]
+        sec += table(["metric", "direction", "AutoCompress − Minitron", "per seed", "sd AutoCompress",
+                      "sd Minitron", "verdict"], [r[:6] + [r[6]] for r in drows],
+                     ["---", "---", "---:", "---:", "---:", "---:", "---"]) + [""]
+        # what each method chose
+        sec += ["What each method chose (seed by seed; the per-layer picture is in each cell's report):", ""]
+        for r in rs:
+            lay = (read_json(os.path.join(r["cell"].dir, "plots", "layers.json")) or {})
+            rep = rel(os.path.join(r["cell"].dir, "report.md"), args.results)
+            for m in METHODS:
+                e = r["methods"][m]
+                kept = layer_kept(lay, m)
+                extra = ""
+                if m == "autocompress":
+                    extra = f"; chosen candidate: {e.get('chosen')}" + (
+                        f"; budget left unused: {e['slack_reason']}" if e.get("slack_reason") else "")
+                else:
+                    ch = e.get("chosen") or {}
+                    dims = ", ".join(f"{k} {v}" for k, v in (ch.get("dims") or {}).items())
+                    extra = f"; uniform candidate {dims}" + (
+                        f", dropped layers {ch['dropped_layers']}" if ch.get("dropped_layers") else "") + \
+                        (f"; {e['feasible'][0]} of {e['feasible'][1]} grid points within the budget"
+                         if e.get("feasible") and e["feasible"][0] is not None else "")
+                sec.append(f"- seed {r['cell'].seed}, {TITLE[m]}: kept {layer_summary(kept)}{extra} "
+                           f"([report]({rep}), [layers]({rel(os.path.join(r['cell'].dir, 'plots', 'layers.png'), args.results)}))")
+        sec.append("")
+        sections += sec
+        summary_rows.append([t, where, budgets_cfg, str(len(rs)), verdicts[("eval", "loss")],
+                             verdicts[("eval", "kl_to_teacher")], verdicts[("pruned", "loss")]])
+    out += ["## Summary", ""]
+    out += ["AutoCompress vs Minitron per target, after distillation (eval loss, KL to the teacher) and "
+            "before it (eval loss of the pruned students):", ""]
+    out += table(["target", "hardware / engine / workload", "budget", "seeds", "eval loss", "KL to teacher",
+                  "eval loss before distillation"], summary_rows, ["---"] * 7) + [""]
+    out += [f"![eval loss minus the teacher's and KL to the teacher per target, both methods]({os.path.basename(plot_name)})"
+            if plot_name else "No plot (matplotlib missing or no complete cell).", ""]
+    out += sections
+    out += ["## Commands, KD tokens and wall times", ""]
+    rows = []
+    for c in cells:
+        if status[c.name] != "complete":
+            continue
+        r = next(x for t in data.values() for x in t if x["cell"] is c)
+        cmd = None
+        if os.path.exists(c.cmdfile):
+            with open(c.cmdfile, encoding="utf-8") as f:
+                cmd = f.read().strip()
+        if not cmd:
+            cmd = shlex.join(r["manifest"].get("argv") or [])
+        kds = [r["methods"][m]["kd"] for m in METHODS]
+        same = all(kds[0].get(k) == kds[1].get(k) for k in ("steps", "micro-batch", "seq-len", "grad-accum", "seed",
+                                                              "dp", "seen"))
+        kd = kds[0]
+        kdtxt = (f"{kd.get('steps')} × {kd.get('micro-batch')} × {kd.get('seq-len')} × DP {kd.get('dp')}"
+                 + (f" × accum {kd.get('grad-accum')}" if kd.get("grad-accum") not in (None, 1) else "")
+                 + f" = {fmt(kd.get('planned'))}; seen: " + " / ".join(fmt(k.get("seen")) for k in kds))
+        w = r["stage_wall"]
+        tot = sum(w.values())
+        ws = [r["methods"][m]["wall"] for m in METHODS]
+        rows.append([f"`{c.name}`", f"`{cmd}`", kdtxt, "yes" if same else "**NO**",
+                     " / ".join(fmt((x["prune"] or 0) + (x["distill"] or 0), 3) for x in ws), f"{tot / 60:.1f}"])
+    out += (table(["cell", "command", "KD tokens per student: steps × micro-batch × seq-len × DP (AutoCompress / "
+                   "Minitron seen)", "same KD tokens, steps, seed", "prune + distill s (AC / MT)", "cell wall min"],
+                  rows, ["---", "---", "---", "---", "---:", "---:"]) if rows else ["No complete cell."]) + [""]
+    out += ["Wall times are each stage's own `stages/<name>.json` `wall_s` (the run that did it), summed per cell; "
+            "KD tokens seen are the last `tokens` of `distill-<method>/metrics.jsonl`.", ""]
+    return "\n".join(out) + "\n"
+
+
+def make_plot(plt, pts, path):
+    if not plt or not pts:
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = {"autocompress": "tab:blue", "minitron": "tab:orange"}
+    xs = list(range(len(pts)))
+    for ax, (key, lab) in zip(axes, (("loss", "eval loss − the teacher's (same samples)"),
+                                     ("kl_to_teacher", "KL to the teacher"))):
+        for j, m in enumerate(METHODS):
+            off = -0.12 if j == 0 else 0.12
+            for stage, marker, fill in (("eval", "o", True), ("pruned", "x", False)):
+                ms, sds = [], []
+                for _, _, rs in pts:
+                    vals = loss_gaps(rs, m, stage) if key == "loss" else [r["methods"][m][stage].get(key) for r in rs]
+                    mm, sd, _ = mean_sd(vals)
+                    ms.append(mm if mm is not None else float("nan"))
+                    sds.append(sd or 0.0)
+                ax.errorbar([x + off for x in xs], ms, yerr=sds, fmt=marker, color=colours[m], capsize=4,
+                            alpha=1.0 if fill else 0.5,
+                            label=f"{TITLE[m]}" + (" (distilled)" if fill else " (pruned, before distillation)"))
+        if key == "loss":
+            ax.axhline(0.0, color="k", lw=0.8, label="teacher")
+        ax.set_xticks(xs)
+        ax.set_xlim(-0.6, len(xs) - 0.4)
+        ax.set_xticklabels([f"{t}\n{label} teacher" if label else t for t, label, _ in pts], fontsize=8)
+        ax.set_ylabel(lab)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("AutoCompress vs Minitron at equal budget (mean ± sd over seeds)", fontsize=10)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
+
+
+def write_results(plt, targets, configs, cells, args):
+    png = os.path.splitext(args.results)[0] + ".png"
+    os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
+    status, data = collect(cells)
+    made = make_plot(plt, plot_points(targets, data), png)
+    if not made and os.path.exists(png):
+        os.remove(png)  # a stale plot of an earlier grid
+    text = build_page(targets, configs, cells, status, data, args, png if made else None)
+    tmp = args.results + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, args.results)
+    print(f"{PROG}: wrote {args.results}" + (f" and {png}" if made else " (no plot)"), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="run_grid.py", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", help="comma-separated config names (default: every CONFIGS/*.cfg)")
+    ap.add_argument("--seeds", default="1,2", help="comma-separated seeds (default 1,2)")
+    ap.add_argument("--out", default="runs/grid", help="where the cells' run directories go (default runs/grid)")
+    ap.add_argument("--configs", default=os.path.join(REPO, "configs", "experiments"),
+                    help="directory of the target configs (default configs/experiments)")
+    ap.add_argument("--results", default=os.path.join(REPO, "docs", "results.md"),
+                    help="the results page; its plot goes beside it as .png (default docs/results.md)")
+    ap.add_argument("--ac", default=os.path.join(REPO, "build", "autocompress"), help="the autocompress binary")
+    ap.add_argument("--mpi", default="", help="launcher prefix of each cell, e.g. \"mpiexec -n 2\" (default: none)")
+    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="passed to every cell's `run --set` (repeatable)")
+    ap.add_argument("--dry-run", action="store_true", help="print the cells and their commands; write nothing")
+    ap.add_argument("--report-only", action="store_true", help="run no cell; write the results page")
+    args = ap.parse_args()
+    if args.dry_run and args.report_only:
+        die("--dry-run and --report-only exclude each other")
+    if not os.path.isdir(args.configs):
+        die(f"{args.configs}: no such configs directory")
+    available = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(args.configs, "*.cfg")))
+    targets = [t for t in (args.targets or "").split(",") if t] or available
+    for t in targets:
+        if t not in available:
+            die(f"unknown target {t!r}: no {os.path.join(args.configs, t + '.cfg')} (have: {', '.join(available)})")
+    try:
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+    except ValueError:
+        die(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+    if not seeds or not targets:
+        die("no cells: give at least one target and one seed")
+    configs = {t: read_ini(os.path.join(args.configs, t + ".cfg")) for t in targets}
+    check_shared(configs)
+    for t, ini in configs.items():
+        if ini[""].get("method", "both") != "both":
+            die(f"{t}.cfg: method = {ini[''].get('method')}: the grid compares both methods (method = both)")
+    if not args.report_only and not args.dry_run and not os.access(args.ac, os.X_OK):
+        die(f"{args.ac}: not an executable autocompress binary (--ac)")
+    cells = [Cell(t, s, args) for t in targets for s in seeds]
+    plt = None if args.dry_run else import_matplotlib()  # before any cell: it may rerun this script
+    rc = 0
+    if not args.report_only:
+        rc = run_grid(cells, args)
+    if not args.dry_run:
+        write_results(plt, targets, configs, cells, args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

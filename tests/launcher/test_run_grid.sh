@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# scripts/run_grid.py on a tiny grid (issue 18): two targets of the tiny teacher (a: h100, TPOT
+# <= 0.8x; b: rtx5080, TPOT <= 0.85x), seconds-long stages, one process each (tp 1):
+#  - `--targets a,b --seeds 1` runs a-s1 and b-s1; `--targets a --seeds 1,2` skips a-s1 and runs
+#    a-s2; `--targets a,b --seeds 1,2 --report-only` writes the page without running b-s2;
+#  - the page has both targets and both methods, a's numbers as mean ± spread over 2 seeds,
+#    every column of the method rows filled, the AutoCompress-minus-Minitron rows, the budget
+#    met by both students and the same KD tokens, steps and seed for both (from their
+#    manifests), b-s2 listed as not run, and a valid PNG plot;
+#  - rerunning the grid reruns no cell (every cell "skipped", in seconds);
+#  - configs that differ outside the target exit 2 naming the key.
+source "$AC_SOURCE_DIR/tests/launcher/run_common.sh"
+rm -rf "$T/cfg" "$T/grid" "$T/results".* "$T"/grid*.log
+make_teacher
+mkdir -p "$T/cfg"
+write_cfg "$T/cfg/a.cfg"
+write_cfg "$T/cfg/b.cfg"
+sed -i 's/^tp = 2$/tp = 1/' "$T/cfg/a.cfg" "$T/cfg/b.cfg"
+sed -i 's/^hardware = h100$/hardware = rtx5080/; s/^target-tpot-ms-ratio = 0.8$/target-tpot-ms-ratio = 0.85/' "$T/cfg/b.cfg"
+GRID=($PY "$AC_SOURCE_DIR/scripts/run_grid.py" --configs "$T/cfg" --out "$T/grid" --results "$T/results.md"
+  --ac "$AC_BIN" --set distill.steps=4 --set search.steps=4)
+grid() {  # grid LOG ARGS...: runs the grid, fails on a non-zero exit
+  local log=$1; shift
+  timeout 300 "${GRID[@]}" "$@" >"$T/$log" 2>&1 || { cat "$T/$log"; for f in "$T"/grid/*.log; do tail -20 "$f"; done; fail "run_grid $*"; }
+}
+grid grid1.log --targets a,b --seeds 1
+grep -q "a-s1: running" "$T/grid1.log" && grep -q "b-s1: running" "$T/grid1.log" || { cat "$T/grid1.log"; fail "cells not run"; }
+grid grid2.log --targets a --seeds 1,2
+grep -q "a-s1: skipped" "$T/grid2.log" && grep -q "a-s2: running" "$T/grid2.log" || { cat "$T/grid2.log"; fail "a-s1 not skipped or a-s2 not run"; }
+grid grid3.log --targets a,b --seeds 1,2 --report-only
+grep -q "running" "$T/grid3.log" && { cat "$T/grid3.log"; fail "--report-only ran a cell"; }
+[ -d "$T/grid/b-s2" ] && fail "--report-only made b-s2"
+
+$PY - "$T/results.md" "$T/results.png" <<'PYEOF' || { cat "$T/results.md"; fail "results.md"; }
+import re, sys
+text = open(sys.argv[1]).read()
+def section(name):
+    m = re.search(r"^## %s: .*?(?=^## |\Z)" % name, text, re.S | re.M)
+    assert m, f"no section for target {name}"
+    return m.group(0)
+assert re.search(r"\| `b-s2` \| not run \|", text), "b-s2 not listed as not run"
+assert "| `a-s1` | complete |" in text and "| `a-s2` | complete |" in text and "| `b-s1` | complete |" in text
+for name, seeds in (("a", 2), ("b", 1)):
+    s = section(name)
+    rows = [l for l in s.splitlines() if l.startswith("| AutoCompress |") or l.startswith("| Minitron |")]
+    assert len(rows) == 2, f"{name}: method rows {rows}"
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        assert all(c and c != "-" for c in cells), f"{name}: an empty column in {r}"
+        assert cells[3] == "yes", f"{name}: budget not met: {r}"
+        assert ("±" in r) == (seeds > 1), f"{name}: mean ± spread expected iff 2 seeds: {r}"
+    assert "AutoCompress − Minitron" in s, f"{name}: no difference table"
+    diff = [l for l in s.splitlines() if l.startswith("| eval loss | lower is better |")]
+    assert diff and ("±" in diff[0]) == (seeds > 1), f"{name}: difference row {diff}"
+    if seeds == 1:
+        assert "one seed: no spread" in diff[0], diff
+    else:
+        assert "spread" in diff[0], diff
+cmds = [l for l in text.splitlines() if re.match(r"\| `[ab]-s\d` \| `", l)]
+assert len(cmds) == 3, f"command rows: {cmds}"
+for l in cmds:
+    assert "run --config" in l and "--seed" in l, l
+    cells = [c.strip() for c in l.strip("|").split("|")]
+    assert cells[3] == "yes", f"the methods did not get the same KD tokens, steps and seed: {l}"
+    assert "4 × 2 × 32 × DP 1 = 256; seen: 256 / 256" in cells[2], l
+assert "![" in text and "results.png" in text, "no plot link"
+png = open(sys.argv[2], "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10000, "results.png is not a PNG"
+PYEOF
+
+# A rerun reruns no cell.
+start=$(date +%s)
+grid grid4.log --targets a,b --seeds 1
+grid grid5.log --targets a --seeds 1,2
+took=$(($(date +%s) - start))
+[ "$(grep -c ': skipped (all 13 stages done)' "$T/grid4.log" "$T/grid5.log" | awk -F: '{s += $2} END {print s}')" = 4 ] &&
+  ! grep -q ": running\|: continuing" "$T/grid4.log" "$T/grid5.log" ||
+  { cat "$T/grid4.log" "$T/grid5.log"; fail "a rerun reran a cell"; }
+[ "$took" -lt 60 ] || fail "two reruns of done cells took ${took}s"
+
+# Configs that differ outside the target: exit 2 naming the key.
+write_cfg "$T/cfg/c.cfg" && sed -i 's/^tp = 2$/tp = 1/; s/^steps = 12$/steps = 13/' "$T/cfg/c.cfg"
+expect_rc 2 "${GRID[@]}" --targets a,c --dry-run
+expect_out "configs differ outside the target: \[distill\] steps"
+rm -f "$T/cfg/c.cfg"
+echo "PASS launcher.run_grid (rerun of done cells ${took}s)"
