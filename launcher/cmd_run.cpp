@@ -140,23 +140,14 @@ std::string sh_quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs a shell command on this process; returns its stdout. Throws (naming `what`) when it fails.
-std::string run_shell(const std::string& cmd, const std::string& what, bool capture) {
+// Runs a shell command on this process; throws (naming `what`) when it fails. The child
+// ignores SIGUSR1 and SIGTERM (ignored signals stay ignored across exec): Slurm sends them to
+// every process of the job, and the run, not a helper script, decides to stop.
+void run_shell(const std::string& cmd, const std::string& what) {
   std::cout << "[run]   $ " << cmd << std::endl;
-  if (!capture) {
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) throw std::runtime_error(what + ": '" + cmd + "' failed (status " + std::to_string(rc) + ")");
-    return {};
-  }
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error(what + ": cannot start '" + cmd + "'");
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int rc = pclose(p);
+  const std::string guarded = "trap '' USR1 TERM; " + cmd;
+  const int rc = std::system(guarded.c_str());
   if (rc != 0) throw std::runtime_error(what + ": '" + cmd + "' failed (status " + std::to_string(rc) + ")");
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
 }
 
 // Waits for every rank without spinning a core: the ranks that have nothing to do while rank 0
@@ -406,7 +397,7 @@ TeacherSource teacher_source(const StageKeys& keys, const Top& t, const std::str
     if (root)
       run_shell(t.python + " " + sh_quote(t.scripts_dir + "/gguf_to_hf.py") + " --gguf " + sh_quote(s.source) + " --out " +
                     sh_quote(check_dir) + " --config-only >/dev/null",
-                from + ": " + field, false);
+                from + ": " + field);
     MPI_Barrier(world);
     s.arch_path = check_dir + "/config.json";
     s.tokenizer = s.checkpoint + "/hf/tokenizer.json";
@@ -733,7 +724,8 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
       const bool same = m.is_object() && m.value("key", "") == s.key;
       action = same && m.value("status", "") == "done" ? 0 : same ? 2 : 1;
       if (action == 1 && !s.dir.empty() && fs::exists(fs::path(plan.out) / s.dir)) {
-        std::cout << "[run] " << s.name << ": its inputs or options changed (key " << m.value("key", "none") << " -> " << s.key
+        std::cout << "[run] " << s.name << ": its inputs or options changed (key "
+                  << (m.is_object() ? m.value("key", "none") : std::string("none")) << " -> " << s.key
                   << "): clearing " << (fs::path(plan.out) / s.dir).string() << std::endl;
         fs::remove_all(fs::path(plan.out) / s.dir);
       }
@@ -764,7 +756,7 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
     const auto t0 = clock_type::now();
     if (!s.shell.empty()) {
       if (root)
-        for (const auto& cmd : s.shell) run_shell(cmd, "stage " + s.name, false);
+        for (const auto& cmd : s.shell) run_shell(cmd, "stage " + s.name);
       quiet_barrier(rt.world());
     }
     for (const auto& c : s.calls) {

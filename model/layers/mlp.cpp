@@ -158,9 +158,11 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   auto ups = experts->up_proj.unbind(0), downs = experts->down_proj.unbind(0);
   std::vector<torch::Tensor> gates;
   if (spec_.activation == MlpActivation::SwiGLU) gates = experts->gate_proj.unbind(0);
+  bool ran_local = false;
   for (int64_t le = 0; le < local_experts_; ++le) {
     const int64_t n = counts_a[expert_start_ + le];
     if (n == 0) continue;
+    ran_local = true;
     auto sel = order.narrow(0, offset, n);  // positions in the flattened [tokens * k]
     offset += n;
     auto tok = sel.div(k, "floor");
@@ -175,6 +177,11 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
     if (observe.observer) observe.observer->expert(observe.layer, expert_start_ + le, tok, a, weighted);
     acc.index_add_(0, tok, weighted.to(torch::kFloat32));
   }
+  // No token for any local expert (experts are split over TP ranks): keep x and the routing
+  // weights in this rank's graph anyway, or its backward would skip copy_to_tp's all-reduce
+  // that the other ranks make, and the TP group would deadlock.
+  if (tp_.size() > 1 && (x.requires_grad() || w.requires_grad()) && !ran_local)
+    acc = acc + (h.sum() + w.sum()).to(torch::kFloat32) * 0.0;
   auto y = acc.to(x.scalar_type());
   if (fc2_latent_proj) y = torch::nn::functional::linear(y, fc2_latent_proj->weight);
   // The shared expert's column-parallel input does its own copy_to_tp: give it x0.
