@@ -43,6 +43,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plotting  # noqa: E402
+
 PROG = "run_grid"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("autocompress", "minitron")
@@ -62,22 +65,7 @@ def die(msg, rc=2):
 
 
 def import_matplotlib():
-    """pyplot with the Agg backend, or None; reruns once under /usr/bin/python3 as
-    scripts/run_report.py does."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        return plt
-    except ImportError as e:
-        system = "/usr/bin/python3"
-        if (os.environ.get("AC_RUN_GRID_REEXEC") != "1" and os.path.exists(system)
-                and os.path.realpath(sys.executable) != os.path.realpath(system)):
-            os.environ["AC_RUN_GRID_REEXEC"] = "1"
-            sys.stdout.flush()
-            os.execv(system, [system, os.path.abspath(__file__)] + sys.argv[1:])
-        print(f"{PROG}: warning: no plot ({e}; scripts/setup.sh installs python3-matplotlib)", file=sys.stderr)
-        return None
+    return plotting.import_matplotlib(PROG, __file__, "AC_RUN_GRID_REEXEC", "plot")
 
 
 # ---------------------------------------------------------------- configs

@@ -21,6 +21,9 @@ import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plotting  # noqa: E402
+
 PROG = "run_report"
 METHODS = ("autocompress", "minitron")
 TITLE = {"teacher": "teacher", "autocompress": "AutoCompress", "minitron": "Minitron"}
@@ -35,23 +38,7 @@ class InputError(Exception):
 
 
 def import_matplotlib():
-    """matplotlib with the Agg backend, or None. When the python3 running this lacks it (a
-    pyenv or venv python3 first on PATH), rerun once under Debian's /usr/bin/python3, where
-    scripts/setup.sh installs python3-matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        return plt
-    except ImportError as e:
-        system = "/usr/bin/python3"
-        if (os.environ.get("AC_RUN_REPORT_REEXEC") != "1" and os.path.exists(system)
-                and os.path.realpath(sys.executable) != os.path.realpath(system)):
-            os.environ["AC_RUN_REPORT_REEXEC"] = "1"
-            sys.stdout.flush()
-            os.execv(system, [system, os.path.abspath(__file__)] + sys.argv[1:])
-        print(f"{PROG}: warning: no plots ({e}; scripts/setup.sh installs python3-matplotlib)", file=sys.stderr)
-        return None
+    return plotting.import_matplotlib(PROG, __file__, "AC_RUN_REPORT_REEXEC", "plots")
 
 
 # ---------------------------------------------------------------- reading the run directory
