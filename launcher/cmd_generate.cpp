@@ -17,6 +17,7 @@
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
+#include "launcher/config_file.h"
 #include "launcher/tokenizer_arg.h"
 #include "model/generate.h"
 
@@ -121,16 +122,7 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
                       {"dtype", dt.dtype},
                       {"prefill_seconds", r.prefill_seconds},
                       {"decode_tokens_per_second", decode_tps}};
-  if (vm.count("out")) {  // the same JSON object as a file (atomically)
-    const std::string out = vm["out"].as<std::string>(), tmp = out + ".tmp";
-    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    {
-      std::ofstream f(tmp);
-      f << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-      if (!f) throw std::runtime_error(tmp + ": cannot write");
-    }
-    fs::rename(tmp, out);
-  }
+  if (vm.count("out")) write_json_atomic(vm["out"].as<std::string>(), j, 1);  // the same object as a file
   if (json_out) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {

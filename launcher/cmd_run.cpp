@@ -110,17 +110,6 @@ json fingerprint(const std::string& path) {
   return j;
 }
 
-void write_json_atomic(const fs::path& path, const json& j) {
-  fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot write");
-  }
-  fs::rename(tmp, path);
-}
-
 std::string fmt_num(double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.17g", v);
@@ -739,7 +728,7 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
         rec["status"] = "skipped";
         rec["wall_s"] = m.value("wall_s", 0.0);
         manifest["stages"].push_back(rec);
-        write_json_atomic(fs::path(plan.out) / "manifest.json", manifest);
+        write_json_atomic((fs::path(plan.out) / "manifest.json").string(), manifest);
       }
       ++done_before;
       continue;
@@ -750,7 +739,7 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
                 << " (run elapsed " << fmt_secs(elapsed);
       if (ran > 0) std::cout << ", " << ran << " stages run at " << fmt_secs(ran_s / ran) << " each on average";
       std::cout << ")" << std::endl;
-      write_json_atomic(mpath, {{"name", s.name}, {"key", s.key}, {"status", "started"}, {"started_at_unix", int64_t(std::time(nullptr))}});
+      write_json_atomic(mpath.string(), {{"name", s.name}, {"key", s.key}, {"status", "started"}, {"started_at_unix", int64_t(std::time(nullptr))}});
       if (!s.dir.empty()) fs::create_directories(fs::path(plan.out) / s.dir);
     }
     const auto t0 = clock_type::now();
@@ -774,12 +763,12 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
     ++ran;
     ran_s += wall;
     if (root) {
-      write_json_atomic(mpath, {{"name", s.name}, {"key", s.key}, {"status", "done"}, {"wall_s", wall},
+      write_json_atomic(mpath.string(), {{"name", s.name}, {"key", s.key}, {"status", "done"}, {"wall_s", wall},
                                 {"finished_at_unix", int64_t(std::time(nullptr))}});
       rec["status"] = "done";
       rec["wall_s"] = wall;
       manifest["stages"].push_back(rec);
-      write_json_atomic(fs::path(plan.out) / "manifest.json", manifest);
+      write_json_atomic((fs::path(plan.out) / "manifest.json").string(), manifest);
       std::cout << "[run] stage " << s.name << " done in " << fmt_secs(wall) << std::endl;
     }
   }
@@ -918,7 +907,7 @@ int run_run(const po::variables_map& vm_in, RunContext& ctx) {
     }
     return kExitOk;
   }
-  if (root) write_json_atomic(fs::path(t.out) / "manifest.json", manifest);
+  if (root) write_json_atomic((fs::path(t.out) / "manifest.json").string(), manifest);
   MPI_Barrier(rt.world());
   return run_plan(ctx, plan, manifest);
 }

@@ -129,14 +129,19 @@ void RunContext::write_manifest(const std::string& dir, const nlohmann::json& la
   gethostname(host, sizeof(host) - 1);
   m["host"] = host;
   m["written_at_unix"] = static_cast<int64_t>(std::time(nullptr));
-  const fs::path final_path = fs::path(dir) / name;
-  const fs::path tmp = fs::path(dir) / (name + ".tmp");
+  write_json_atomic((fs::path(dir) / name).string(), m);
+}
+
+void write_json_atomic(const std::string& path, const nlohmann::json& j, int indent) {
+  namespace fs = std::filesystem;
+  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
+  const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << m.dump(2) << "\n";
-    if (!out) throw std::runtime_error(tmp.string() + ": cannot write the run manifest");
+    out << j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    if (!out) throw std::runtime_error(tmp + ": cannot write");
   }
-  fs::rename(tmp, final_path);
+  fs::rename(tmp, path);
 }
 
 int64_t parse_size(const std::string& s, const char* option) {

@@ -27,6 +27,10 @@ std::vector<IniEntry> read_ini(const std::string& path);
 boost::program_options::parsed_options parse_ini_config(const std::string& path, const std::string& subcommand,
                                                         const boost::program_options::options_description& desc);
 
+// Writes `j` to `path` through a temporary file and a rename (creating the parent directory),
+// so a reader sees the old file or the new one, never a torn one.
+void write_json_atomic(const std::string& path, const nlohmann::json& j, int indent = 2);
+
 nlohmann::json option_value_json(const boost::program_options::variable_value& v);
 
 // A byte size on the command line: "4096", "512KiB", "256MiB", "5GiB" (K/M/G accepted).
