@@ -46,8 +46,9 @@ std::pair<std::string, std::vector<int64_t>> parse_choice(const std::string& tex
 int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   search::DasOptions o;
   o.check_only = vm["check"].as<bool>();
+  o.cost_only = vm["cost-only"].as<bool>();
   o.teacher = need(vm, "teacher");
-  if (!o.check_only) o.importance = need(vm, "importance");
+  if (!o.check_only && !o.cost_only) o.importance = need(vm, "importance");
   if (!o.check_only) o.out = need(vm, "out");
   if (vm.count("importance")) o.importance = vm["importance"].as<std::string>();
   if (vm.count("out")) o.out = vm["out"].as<std::string>();
@@ -86,7 +87,17 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   take("score-batches", o.score_batches);
   take("log-interval", o.log_interval);
   take("save-interval", o.save_interval);
-  o.scores_source = o.importance.empty() ? "neutral scores (--check)" : o.importance;
+  take("proxy-experts-weight", o.proxy_experts_weight);
+  if (o.cost_only) {  // the cost-only defaults where the option was not given
+    if (vm["steps"].defaulted()) o.steps = search::DasOptions::kCostOnlySteps;
+    if (vm["lr"].defaulted()) o.lr = search::DasOptions::kCostOnlyLr;
+    if (vm["rho"].defaulted()) o.rho = search::DasOptions::kCostOnlyRho;
+    if (vm["budget-warmup"].defaulted()) o.warmup = search::DasOptions::kCostOnlyWarmup;
+  }
+  if (o.cost_only && !o.data.empty()) throw InputError("--data", "value", "--cost-only reads no data (it searches on the cost model and a quality proxy)");
+  o.scores_source = !o.importance.empty() ? o.importance
+                    : o.cost_only         ? "uniform scores within every layer (--cost-only without --importance)"
+                                          : "neutral scores (--check)";
   const search::ImportanceScores scores = teacher_scores(o.teacher, o.importance);
   const auto r = search::run_search(o, scores, ctx.runtime.world(),
                                     [&](const nlohmann::json& layout) { ctx.write_manifest(o.out, layout); });
@@ -106,6 +117,12 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "check", po::bool_switch(),
           "only check the teacher, target, space and that every budget is reachable, then exit (no --importance or "
           "--data needed; --teacher may be an ArchSpec JSON or config.json)")(
+          "cost-only", po::bool_switch(),
+          "search on the cost model alone, without weights or data (--teacher may be an ArchSpec JSON or config.json): the "
+          "KD term is replaced by a quality proxy (the mean fraction kept per sublayer; docs/scale.md), and experts, expert "
+          "FFN and top-k per MoE layer are searched too where the engine serves them; writes arch.json and search_report.json")(
+          "proxy-experts-weight", po::value<double>()->default_value(c.proxy_experts_weight),
+          "--cost-only: in an MoE layer's kept fraction, the weight of the experts kept against top-k kept")(
           "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher (autocompress importance)")(
           "data", po::value<std::vector<std::string>>()->multitoken(), "search data: PATH or WEIGHT:PATH, repeatable (the train split)")(
           "out", po::value<std::string>()->value_name("DIR"),
@@ -116,24 +133,26 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
           "axes", po::value<std::vector<std::string>>()->multitoken(),
-          "axes searched: hidden ffn attn_heads skip (default: hidden and every per-layer axis the engine serves)")(
+          "axes searched: hidden ffn attn_heads skip, and with --cost-only experts expert_ffn top_k (default: hidden and "
+          "every per-layer axis the engine serves)")(
           "choices", po::value<std::vector<std::string>>()->multitoken(),
-          "explicit choices, AXIS=V1,V2,... (hidden, ffn: widths; attn_heads: heads per KV group); repeatable")(
+          "explicit choices, AXIS=V1,V2,... (hidden, ffn, expert_ffn: widths; attn_heads: heads per KV group; experts, "
+          "top_k: counts); repeatable")(
           "min-width", po::value<double>()->default_value(c.space.min_width), "smallest width of the default grids, as a fraction of the teacher's")(
           "max-choices", po::value<int>()->default_value(c.space.max_choices), "at most this many widths per decision (besides 0)")(
-          "steps", po::value<int64_t>()->default_value(c.steps), "search steps")(
+          "steps", po::value<int64_t>()->default_value(c.steps), "search steps (--cost-only: 200)")(
           "seq-len", po::value<int64_t>()->default_value(c.seq_len), "tokens per sequence")(
           "micro-batch", po::value<int64_t>()->default_value(c.micro_batch), "sequences per DP rank per step")(
           "split", po::value<std::string>()->default_value(c.split), "train,calibration,eval document fractions (the search reads train)")(
           "seed", po::value<uint64_t>()->default_value(c.seed), "data order and Gumbel noise seed")(
           "tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (world = tp x dp)")(
           "dtype", po::value<std::string>()->default_value(c.dtype), "compute dtype: auto | bf16 | f32")(
-          "lr", po::value<double>()->default_value(c.lr), "Adam learning rate of the architecture logits")(
+          "lr", po::value<double>()->default_value(c.lr), "Adam learning rate of the architecture logits (--cost-only: 0.05)")(
           "tau-start", po::value<double>()->default_value(c.tau_start), "Gumbel-softmax temperature at the first step")(
           "tau-end", po::value<double>()->default_value(c.tau_end), "... at the last step (exponential decay)")(
           "hard-prob", po::value<double>()->default_value(c.hard_prob), "fraction of steps with a hard straight-through sample")(
-          "rho", po::value<double>()->default_value(c.rho), "augmented-Lagrangian penalty weight and multiplier step")(
-          "budget-warmup", po::value<double>()->default_value(c.warmup), "fraction of the steps over which budgets ramp from the teacher's value")(
+          "rho", po::value<double>()->default_value(c.rho), "augmented-Lagrangian penalty weight and multiplier step (--cost-only: 5)")(
+          "budget-warmup", po::value<double>()->default_value(c.warmup), "fraction of the steps over which budgets ramp from the teacher's value (--cost-only: 0.6)")(
           "kd-temperature", po::value<double>()->default_value(c.temperature), "KD softmax temperature")(
           "candidates", po::value<int>()->default_value(c.candidates),
           "the argmax and this many - 1 samples of the final distribution, each repaired, are scored as hard models by KD loss")(

@@ -83,6 +83,7 @@ std::string fmt(double v, int precision = 4) {
   return o.str();
 }
 std::string shown_text(Metric m, double v) { return fmt(shown(m, v), 5) + unit(m); }
+std::string params_text(double n) { return n >= 1e9 ? fmt(n / 1e9, 4) + "B" : fmt(n / 1e6, 5) + "M"; }
 }  // namespace
 
 bool SearchConstraints::any() const {
@@ -215,6 +216,11 @@ model::ArchSpec SearchSpace::spec(const std::vector<int>& pick) const {
     }
     if (mamba[l] >= 0 && value(mamba[l]) == 0) L.mamba.reset();
     if (moe[l] >= 0 && value(moe[l]) == 0) L.moe.reset();
+    if (L.moe) {
+      if (experts[l] >= 0) L.moe->num_experts = int(value(experts[l]));
+      if (expert_ffn[l] >= 0) L.moe->expert_ffn = value(expert_ffn[l]);
+      if (top_k[l] >= 0) L.moe->top_k = int(value(top_k[l]));
+    }
   }
   return s;
 }
@@ -234,11 +240,16 @@ json SearchSpace::to_json() const {
 
 SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores, const EngineProfile* engine,
                         const SpaceOptions& o, const std::string& src) {
-  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip"};
-  for (const auto& a : o.axes)
-    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip)");
+  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k"};
+  static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k"};
+  for (const auto& a : o.axes) {
+    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip experts expert_ffn top_k)");
+    if (has(moe_axes, a) && !o.moe_axes)
+      throw InputError("--axes", a, "is searched by `search --cost-only` only: the KD search has no soft mask over routed experts yet");
+  }
   for (const auto& [a, v] : o.choices) {
-    if (!has({"hidden", "ffn", "attn_heads"}, a)) throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads)");
+    if (!has({"hidden", "ffn", "attn_heads", "experts", "expert_ffn", "top_k"}, a))
+      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads experts expert_ffn top_k)");
     if (v.empty()) throw InputError("--choices", a, "no values");
   }
   if (o.min_width <= 0 || o.min_width > 1) throw InputError("--min-width", fmt(o.min_width), "must be in (0, 1]");
@@ -250,9 +261,12 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   std::vector<std::string> axes = o.axes;
   SearchSpace s;
   s.teacher = t;
+  bool any_moe_layer = false;
+  for (const auto& layer : t.layers) any_moe_layer = any_moe_layer || layer.moe;
   if (axes.empty()) {
     axes.push_back("hidden");
-    for (const char* a : {"ffn", "attn_heads", "skip"}) {
+    for (const char* a : {"ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k"}) {
+      if (has(moe_axes, a) && (!any_moe_layer || !o.moe_axes)) continue;
       if (served(a)) axes.push_back(a);
       else s.notes.push_back(std::string(a) + ": held, " + eng + " cannot serve per-layer " + a +
                              (engine && !engine->heterogeneous_format.empty() ? " (" + engine->heterogeneous_format + ")" : ""));
@@ -281,6 +295,9 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.ffn.assign(L, -1);
   s.mamba.assign(L, -1);
   s.moe.assign(L, -1);
+  s.experts.assign(L, -1);
+  s.expert_ffn.assign(L, -1);
+  s.top_k.assign(L, -1);
   // A choice is valid when the teacher with only that change splits over TP.
   auto splits = [&](const std::function<void(model::ArchSpec&)>& edit) {
     model::ArchSpec probe = t;
@@ -373,11 +390,56 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
       s.moe[l] = int(s.decisions.size());
       s.decisions.push_back({"moe", li, {0, 1}, {0}});
     }
+    if (layer.moe) {
+      const auto& m = *layer.moe;
+      const bool grouped = m.n_group > 1;  // grouped routing: the expert count is tied to the groups
+      // One MoE axis: its choices (the default grid or --choices, kept where they give a valid
+      // layer that splits over TP), and its decision when more than one is left.
+      auto moe_axis = [&](const std::string& axis, int64_t teacher_value, int64_t divisor, int64_t min_value,
+                          const std::function<void(model::MoeSpec&, int64_t)>& set, std::vector<int64_t> rank, std::vector<int>& slot) {
+        if (!has(axes, axis)) return;
+        const std::vector<int64_t> want = given(axis, teacher_value, width_grid(teacher_value, divisor, o.min_width, o.max_choices));
+        std::vector<int64_t> ok;
+        for (int64_t x : want) {
+          const bool valid = x >= min_value && splits([&](model::ArchSpec& p) { set(*p.layers[l].moe, x); });
+          if (valid) ok.push_back(x);
+          else if (o.choices.count(axis))
+            throw InputError("--choices", axis + "=" + join(want), std::to_string(x) + " is not valid in " + where +
+                                                                     (x < min_value ? " (below " + std::to_string(min_value) + ")" : " (does not split over TP " + std::to_string(tp) + ")"));
+        }
+        if (ok.size() < 2) return;
+        slot[l] = int(s.decisions.size());
+        s.decisions.push_back({axis, li, ok, std::move(rank)});
+      };
+      auto sized = [&](const std::vector<double>& v, size_t n, const std::string& field) {
+        if (v.size() != n)
+          throw InputError(src, where + "." + field, "has " + std::to_string(v.size()) + " scores for " + std::to_string(n) + " units");
+        return v;
+      };
+      if (!grouped && has(axes, "experts")) {
+        const auto sc_e = sized(sc.moe_experts, size_t(m.num_experts), "moe_experts");
+        // At least the teacher's top_k experts stay, so every top_k choice stays valid.
+        moe_axis("experts", m.num_experts, minitron_divisor(8, m.num_experts), m.top_k,
+                 [](model::MoeSpec& x, int64_t v) { x.num_experts = int(v); }, ranks(sc_e, 0, m.num_experts), s.experts);
+      }
+      if (has(axes, "expert_ffn")) {
+        const auto sc_n = sized(sc.moe_expert_neurons, size_t(m.num_experts) * size_t(m.expert_ffn), "moe_expert_neurons");
+        std::vector<double> per(size_t(m.expert_ffn), 0.0);  // one ranking shared by every expert
+        for (size_t i = 0; i < sc_n.size(); ++i) per[i % per.size()] += sc_n[i];
+        moe_axis("expert_ffn", m.expert_ffn, minitron_divisor(128, m.expert_ffn), 1,
+                 [](model::MoeSpec& x, int64_t v) { x.expert_ffn = v; }, ranks(per, 0, m.expert_ffn), s.expert_ffn);
+      }
+      if (!grouped && has(axes, "top_k"))
+        moe_axis("top_k", m.top_k, 1, 1, [](model::MoeSpec& x, int64_t v) { x.top_k = int(v); }, {}, s.top_k);
+    }
   }
   bool any_mamba = false, any_moe = false;
   for (const auto& l : t.layers) any_mamba = any_mamba || l.mamba, any_moe = any_moe || l.moe;
   if (any_mamba) s.notes.push_back("mamba heads / head dim: held (the search removes whole Mamba sublayers only; per-layer Mamba heads are not served by vLLM's nemotron_h_puzzle)");
-  if (any_moe) s.notes.push_back("experts / expert FFN / shared FFN: held (the search removes whole MoE sublayers only)");
+  if (any_moe && !o.moe_axes)
+    s.notes.push_back("experts / expert FFN / top-k / shared FFN: held (the KD search removes whole MoE sublayers only: it has no soft mask over routed experts yet; search --cost-only varies experts, expert FFN and top-k)");
+  else if (any_moe)
+    s.notes.push_back("shared expert FFN: held (the differentiable cost model has no per-layer shared width yet)");
   if (s.decisions.empty())
     throw InputError("--axes", axes.empty() ? "(default)" : axes[0], "leaves nothing to search for this teacher on " + eng);
   return s;
@@ -535,6 +597,9 @@ class SoftCostFn {
       base_heads_.push_back(l.attention ? double(l.attention->num_heads) : 1.0);
       base_ffn_.push_back(l.mlp ? double(l.mlp->ffn_size) : 1.0);
       kv_.push_back(l.attention ? double(l.attention->num_kv_heads) : 1.0);
+      base_experts_.push_back(l.moe ? double(l.moe->num_experts) : 1.0);
+      base_top_k_.push_back(l.moe ? double(l.moe->top_k) : 1.0);
+      base_expert_ffn_.push_back(l.moe ? double(l.moe->expert_ffn) : 1.0);
     }
     reserved_ = target.engine.cuda_graph_bytes + target.engine.non_torch_bytes;
     conc_ = double(std::max<int64_t>(1, target.workload.concurrency));
@@ -543,13 +608,22 @@ class SoftCostFn {
   // probs: per decision [choices] float64. Returns per metric the expected value (0-dim).
   std::vector<torch::Tensor> operator()(const std::vector<torch::Tensor>& probs) const {
     const size_t L = s_.teacher.layers.size();
-    std::vector<torch::Tensor> ak(L), hd(L), mk(L), ff(L), mmk(L), mok(L);
+    std::vector<torch::Tensor> ak(L), hd(L), mk(L), ff(L), mmk(L), mok(L), ex(L), tk(L), ef(L);
     auto one = torch::ones({}, torch::kFloat64);
-    bool any_attn = false, any_ffn = false, any_mamba = false, any_moe = false;
+    bool any_attn = false, any_ffn = false, any_mamba = false, any_moe = false, any_moe_dims = false;
     for (size_t l = 0; l < L; ++l) {
       ak[l] = one, hd[l] = torch::full({}, base_heads_[l], torch::kFloat64);
       mk[l] = one, ff[l] = torch::full({}, base_ffn_[l], torch::kFloat64);
       mmk[l] = one, mok[l] = one;
+      // An MoE dimension: its expected value (these decisions have no "removed" choice).
+      auto moe_dim = [&](int d, double base) {
+        if (d < 0) return torch::full({}, base, torch::kFloat64);
+        any_moe_dims = true;
+        return (probs[size_t(d)] * torch::tensor(s_.decisions[size_t(d)].choices, torch::kFloat64)).sum();
+      };
+      ex[l] = moe_dim(s_.experts[l], base_experts_[l]);
+      tk[l] = moe_dim(s_.top_k[l], base_top_k_[l]);
+      ef[l] = moe_dim(s_.expert_ffn[l], base_expert_ffn_[l]);
       auto keep_and_width = [&](int d, double scale, torch::Tensor& keep, torch::Tensor& width, double base) {
         const Decision& x = s_.decisions[size_t(d)];
         const torch::Tensor& p = probs[size_t(d)];
@@ -568,6 +642,7 @@ class SoftCostFn {
     if (any_ffn) d.mlp_keep = torch::stack(mk), d.ffn = torch::stack(ff);
     if (any_mamba) d.mamba_keep = torch::stack(mmk);
     if (any_moe) d.moe_keep = torch::stack(mok);
+    if (any_moe_dims) d.experts = torch::stack(ex), d.top_k = torch::stack(tk), d.expert_ffn = torch::stack(ef);
     std::vector<torch::Tensor> out(6, torch::zeros({}, torch::kFloat64));
     for (size_t h = 0; h < models_.size(); ++h) {
       const SoftCost c = models_[h](d);
@@ -583,9 +658,35 @@ class SoftCostFn {
   const SearchSpace& s_;
   CostTarget target_;
   std::vector<DifferentiableCostModel> models_;
-  std::vector<double> base_heads_, base_ffn_, kv_;
+  std::vector<double> base_heads_, base_ffn_, kv_, base_experts_, base_top_k_, base_expert_ffn_;
   double reserved_ = 0, conc_ = 1;
 };
+
+// quality_proxy() over tensors (autograd reaches the probabilities).
+torch::Tensor proxy_tensor(const SearchSpace& s, const std::vector<torch::Tensor>& probs, double w) {
+  auto mean = [&](int d) {
+    return (probs[size_t(d)] * torch::tensor(s.decisions[size_t(d)].choices, torch::kFloat64)).sum();
+  };
+  auto frac = [&](int d, double teacher_value) {
+    return d >= 0 ? mean(d) / teacher_value : torch::ones({}, torch::kFloat64);
+  };
+  const auto& t = s.teacher;
+  torch::Tensor sum = torch::zeros({}, torch::kFloat64);
+  int n = 0;
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    const auto& L = t.layers[l];
+    if (L.attention) sum = sum + frac(s.attn[l], double(L.attention->num_heads / L.attention->num_kv_heads)), ++n;
+    if (L.mlp) sum = sum + frac(s.ffn[l], double(L.mlp->ffn_size)), ++n;
+    if (L.mamba) sum = sum + frac(s.mamba[l], 1.0), ++n;
+    if (L.moe) {
+      const auto& m = *L.moe;
+      sum = sum + frac(s.moe[l], 1.0) * frac(s.expert_ffn[l], double(m.expert_ffn)) *
+                      (w * frac(s.experts[l], double(m.num_experts)) + (1.0 - w) * frac(s.top_k[l], double(m.top_k)));
+      ++n;
+    }
+  }
+  return frac(s.hidden, double(t.hidden_size)) * sum / double(std::max(1, n));
+}
 
 // The soft masks of one sample, applied to the teacher's forward (model/layers/observer.h).
 class SearchMasks : public model::ActivationObserver {
@@ -619,6 +720,12 @@ torch::Tensor prefix_matrix(const Decision& d) {
 }
 
 }  // namespace
+
+double quality_proxy(const SearchSpace& space, const std::vector<std::vector<double>>& probs, double experts_weight) {
+  std::vector<torch::Tensor> p;
+  for (const auto& v : probs) p.push_back(torch::tensor(v, torch::kFloat64));
+  return proxy_tensor(space, p, experts_weight).item<double>();
+}
 
 std::vector<double> expected_cost(const SearchSpace& space, const CostTarget& target, const std::vector<std::vector<double>>& probs) {
   const SoftCostFn f(space, target);
@@ -669,7 +776,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   using clock = std::chrono::steady_clock;
   const auto t_start = clock::now();
   if (o.out.empty() && !o.check_only) throw InputError("--out", "value", "an output directory is required");
-  if (o.data.empty() && !o.check_only) throw InputError("--data", "value", "at least one dataset is required");
+  if (o.data.empty() && !o.check_only && !o.cost_only) throw InputError("--data", "value", "at least one dataset is required");
+  if (o.proxy_experts_weight < 0 || o.proxy_experts_weight > 1)
+    throw InputError("--proxy-experts-weight", fmt(o.proxy_experts_weight), "must be in [0, 1]");
   if (o.steps <= 0) throw InputError("--steps", std::to_string(o.steps), "must be positive");
   if (o.seq_len <= 0 || o.micro_batch <= 0) throw InputError("--seq-len/--micro-batch", "value", "must be positive");
   if (!(o.tau_start > 0 && o.tau_end > 0)) throw InputError("--tau-start/--tau-end", "value", "must be positive");
@@ -679,7 +788,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
 
   // ---- teacher, target, space, budgets: every check before any forward
-  const bool arch_only = o.check_only && fs::path(o.teacher).extension() == ".json";
+  const bool arch_only = (o.check_only || o.cost_only) && fs::path(o.teacher).extension() == ".json";
   const std::string teacher_path = arch_only ? o.teacher : checkpoint::resolve_checkpoint(o.teacher);
   model::ArchSpec teacher_spec;
   if (arch_only) {
@@ -698,6 +807,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const EngineProfile engine = target ? target->engine : load_engine(o.engine, o.configs_dir);
   SpaceOptions so = o.space;
   so.tp = o.tp;
+  so.moe_axes = o.cost_only;
   const SearchSpace space = build_space(teacher_spec, scores, &engine, so, o.scores_source);
   const std::vector<Budget> budgets = resolve_budgets(o.constraints, teacher_spec, target ? &*target : nullptr);
   check_reachable(space, budgets, target ? &*target : nullptr);
@@ -728,7 +838,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
                       {"dtype_reason", dtype_choice.reason}};
   if (on_layout) on_layout(layout_json);
   model::TpGroup tp{dist::make_mpi_communicator(layout.tp_mpi_comm())};
-  model::CausalLM teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
+  model::CausalLM teacher{nullptr};  // cost only: no weights
+  if (!o.cost_only) teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
 
   // ---- parameters
   const size_t D = space.decisions.size();
@@ -749,20 +860,23 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
 
   const std::string ckpt_dir = o.out + "/search";
   const std::string metrics_path = o.out + "/metrics.jsonl";
-  if (root) fs::create_directories(ckpt_dir);
+  if (root) fs::create_directories(o.cost_only ? o.out : ckpt_dir);
   MPI_Barrier(world);
   const json space_json = space.to_json();
   const json budgets_j = budgets_json(budgets);
 
-  std::vector<data::BlendEntry> entries;
-  for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
-  auto sampler = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Train);
-  data::DataCursor cursor = data::DataCursor::start(*sampler);
-  // The candidates' scoring batches (checked here, before any forward).
-  std::shared_ptr<data::BlendedSampler> cal;
-  if (o.candidates > 1)
-    cal = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Calibration);
-  if (fs::exists(ckpt_dir + "/latest")) {
+  std::shared_ptr<data::BlendedSampler> sampler, cal;
+  std::optional<data::DataCursor> cursor;
+  if (!o.cost_only) {
+    std::vector<data::BlendEntry> entries;
+    for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
+    sampler = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Train);
+    cursor = data::DataCursor::start(*sampler);
+    // The candidates' scoring batches (checked here, before any forward).
+    if (o.candidates > 1)
+      cal = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Calibration);
+  }
+  if (!o.cost_only && fs::exists(ckpt_dir + "/latest")) {
     const std::string path = checkpoint::resolve_latest(ckpt_dir);
     checkpoint::CheckpointReader r(path);
     const json& a = r.attributes();
@@ -775,15 +889,17 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     st.step = r.step();
     st.adam_steps = a.at("adam_steps").get<int64_t>();
     cursor = data::DataCursor::from_json(a.at("data_cursor"), path + ": data_cursor");
-    cursor.check_matches(*sampler, path + ": data_cursor");
+    cursor->check_matches(*sampler, path + ": data_cursor");
     if (root) {
       distill::truncate_metrics(metrics_path, st.step);
       std::cout << "resumed the search from " << path << " at step " << st.step << std::endl;
     }
   }
-  data::DataLoader loader(sampler, {o.micro_batch, dp_rank, dp}, cursor);
+  std::optional<data::DataLoader> loader;
+  if (!o.cost_only) loader.emplace(sampler, data::LoaderConfig{o.micro_batch, dp_rank, dp}, *cursor);
 
   auto save = [&](const char* why) {
+    if (o.cost_only) return;  // seconds long: nothing to resume
     const auto t0 = clock::now();
     const bool w = layout.world_rank() == 0;
     std::vector<checkpoint::ShardedTensor> tensors = {
@@ -793,7 +909,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     };
     if (!budgets.empty()) tensors.push_back({"search/lambda", {int64_t(budgets.size())}, {}, st.lambda.contiguous(), w});
     json attrs = {{"kind", "search"}, {"space", space_json}, {"budgets", budgets_j}, {"adam_steps", st.adam_steps},
-                  {"data_cursor", loader.cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_json}};
+                  {"data_cursor", loader->cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_json}};
     checkpoint::SaveOptions sopt;
     sopt.keep_last = 2;
     const std::string path = checkpoint::save_checkpoint(world, ckpt_dir, st.step, tensors, attrs, nullptr, sopt);
@@ -806,6 +922,14 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   CostTarget cost_target = target ? *target
                                    : CostTarget{load_hardware("h100", o.configs_dir), engine, load_workload("in-game", o.configs_dir)};
   const SoftCostFn soft_cost(space, cost_target);  // parameter counts do not depend on the target
+  auto proxy_of = [&](const std::vector<int>& pick) {
+    std::vector<std::vector<double>> onehot;
+    for (size_t d = 0; d < pick.size(); ++d) {
+      onehot.emplace_back(space.decisions[d].choices.size(), 0.0);
+      onehot.back()[size_t(pick[d])] = 1.0;
+    }
+    return quality_proxy(space, onehot, o.proxy_experts_weight);
+  };
   auto probs_of = [&](const torch::Tensor& logits) {
     std::vector<torch::Tensor> p;
     for (size_t d = 0; d < D; ++d) p.push_back(torch::softmax(logits.narrow(0, offset[d], offset[d + 1] - offset[d]), 0));
@@ -893,37 +1017,47 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       }
       y.push_back(s);
     }
-    // The batch, the teacher's logits, the masked teacher's.
-    torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
-    loader.next(ids.data_ptr<int32_t>());
-    torch::Tensor input = ids.to(torch::kLong).narrow(1, 0, o.seq_len).contiguous();
-    torch::Tensor t_local;
-    {
-      torch::NoGradGuard ng;
+    torch::Tensor g;
+    double kd_value = 0;  // cost only: minus the quality proxy
+    if (o.cost_only) {
+      // The quality proxy of the sample (DasOptions::cost_only, quality_proxy()).
+      torch::Tensor loss = -proxy_tensor(space, y, o.proxy_experts_weight);
+      loss.backward();
+      g = theta.grad().clone();
+      kd_value = loss.item<double>();
+    } else {
+      // The batch, the teacher's logits, the masked teacher's.
+      torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
+      loader->next(ids.data_ptr<int32_t>());
+      torch::Tensor input = ids.to(torch::kLong).narrow(1, 0, o.seq_len).contiguous();
+      torch::Tensor t_local;
+      {
+        torch::NoGradGuard ng;
+        teacher->set_observer(nullptr);
+        t_local = teacher->logits_local(teacher->hidden_states(input));
+        t_local = t_local.reshape({-1, t_local.size(-1)});
+      }
+      set_masks(y);
+      teacher->set_observer(&masks);
+      torch::Tensor s_local = teacher->logits_local(teacher->hidden_states(input));
       teacher->set_observer(nullptr);
-      t_local = teacher->logits_local(teacher->hidden_states(input));
-      t_local = t_local.reshape({-1, t_local.size(-1)});
-    }
-    set_masks(y);
-    teacher->set_observer(&masks);
-    torch::Tensor s_local = teacher->logits_local(teacher->hidden_states(input));
-    teacher->set_observer(nullptr);
-    s_local = s_local.reshape({-1, s_local.size(-1)});
-    torch::Tensor kd = distill::vocab_parallel_kl(s_local, t_local, *tp.comm, vocab, kd_opts);
-    kd.backward();
-    torch::Tensor g = theta.grad().clone();
-    // Units split over TP: each rank saw its own; the rest is replicated and already whole.
-    if (tp_size > 1) {
-      torch::Tensor part = g * tp_summed;
-      layout.tp().all_reduce(part, dist::ReduceOp::Sum);
-      g = g * (1.0 - tp_summed) + part;
-    }
-    double kd_value = kd.item<double>();
-    {
-      torch::Tensor pack = torch::cat({g, torch::full({1}, kd_value, torch::kFloat64)});
-      if (dp > 1) layout.dp().all_reduce(pack, dist::ReduceOp::Avg);
-      g = pack.narrow(0, 0, N).clone();
-      kd_value = pack[N].item<double>();
+      s_local = s_local.reshape({-1, s_local.size(-1)});
+      torch::Tensor kd = distill::vocab_parallel_kl(s_local, t_local, *tp.comm, vocab, kd_opts);
+      kd.backward();
+      g = theta.grad().clone();
+      // Units split over TP: each rank saw its own; the rest is replicated and already whole.
+      if (tp_size > 1) {
+        torch::Tensor part = g * tp_summed;
+        layout.tp().all_reduce(part, dist::ReduceOp::Sum);
+        g = g * (1.0 - tp_summed) + part;
+      }
+      kd_value = kd.item<double>();
+      {
+        torch::Tensor pack = torch::cat({g, torch::full({1}, kd_value, torch::kFloat64)});
+        if (dp > 1) layout.dp().all_reduce(pack, dist::ReduceOp::Avg);
+        g = pack.narrow(0, 0, N).clone();
+        kd_value = pack[N].item<double>();
+      }
     }
     // Budgets on the expected cost of the current distribution, ramped from the teacher's value.
     const auto t_cost = clock::now();
@@ -935,7 +1069,10 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     for (size_t i = 0; i < budgets.size(); ++i) {
       const Budget& b = budgets[i];
       Budget now = b;
-      now.value = b.teacher + (b.value - b.teacher) * ramp;
+      // From the teacher's value where the teacher is over the budget; a budget the teacher
+      // already meets holds from the start.
+      const double start = b.at_least ? std::min(b.teacher, b.value) : std::max(b.teacher, b.value);
+      now.value = start + (b.value - start) * ramp;
       limits[i] = now.value;
       const torch::Tensor& x = soft[size_t(b.metric)];
       soft_values[i] = x.item<double>();
@@ -974,12 +1111,12 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       }
       entropy /= double(D);
       if (root) {
-        json line = {{"step", st.step}, {"kd_loss", interval_kd / double(interval_steps)}, {"tau", tau},
+        json line = {{"step", st.step}, {o.cost_only ? "proxy" : "kd_loss", (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps)}, {"tau", tau},
                      {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard}, {"cost_model_share", cost_s / std::max(dt, 1e-9)},
                      {"elapsed_s", std::chrono::duration<double>(clock::now() - t_start).count()}};
         std::ostringstream os;
-        os << "search " << st.step << "/" << o.steps << " | kd " << std::fixed << std::setprecision(4)
-           << interval_kd / double(interval_steps);
+        os << "search " << st.step << "/" << o.steps << (o.cost_only ? " | proxy " : " | kd ") << std::fixed << std::setprecision(4)
+           << (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps);
         json cons = json::array();
         for (size_t i = 0; i < budgets.size(); ++i) {
           const Budget& b = budgets[i];
@@ -990,9 +1127,12 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
         }
         line["budgets"] = cons;
         metrics << line.dump() << "\n" << std::flush;
-        os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | "
-           << std::setprecision(0) << tok_s << " tok/s | cost model " << std::setprecision(2) << 100.0 * cost_s / std::max(dt, 1e-9)
-           << "% | ETA " << dist::format_duration(eta);
+        os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | ";
+        if (o.cost_only)  // no tokens: the step rate
+          os << std::setprecision(1) << double(interval_steps) / std::max(dt, 1e-9) << " steps/s";
+        else
+          os << std::setprecision(0) << tok_s << " tok/s | cost model " << std::setprecision(2) << 100.0 * cost_s / std::max(dt, 1e-9) << "%";
+        os << " | ETA " << dist::format_duration(eta);
         std::cout << os.str() << std::endl;
       }
       interval_kd = 0;
@@ -1039,7 +1179,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   }
   // Score them as hard models (one-hot masks) on calibration batches: the teacher's logits once
   // per batch, then each candidate's.
-  if (res.candidates.size() > 1) {
+  if (o.cost_only) {
+    for (auto& c : res.candidates) c.proxy = proxy_of(c.repaired.pick);
+  } else if (res.candidates.size() > 1) {
     const auto t0 = clock::now();
     data::DataLoader cal_loader(cal, {o.micro_batch, dp_rank, dp}, data::DataCursor::start(*cal));
     torch::NoGradGuard ng;
@@ -1074,7 +1216,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   }
   res.chosen = 0;
   for (size_t c = 1; c < res.candidates.size(); ++c)
-    if (res.candidates[c].kd < res.candidates[size_t(res.chosen)].kd) res.chosen = int(c);
+    if (o.cost_only ? res.candidates[c].proxy > res.candidates[size_t(res.chosen)].proxy
+                    : res.candidates[c].kd < res.candidates[size_t(res.chosen)].kd)
+      res.chosen = int(c);
   res.repaired = res.candidates[size_t(res.chosen)].repaired;
   res.student = space.spec(res.repaired.pick);
   model::validate(res.student, "search student");
@@ -1089,6 +1233,11 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       if (t.mlp) e["ffn"] = {t.mlp->ffn_size, s.mlp ? s.mlp->ffn_size : 0};
       if (t.mamba) e["mamba"] = {1, s.mamba ? 1 : 0};
       if (t.moe) e["moe"] = {1, s.moe ? 1 : 0};
+      if (t.moe && s.moe) {
+        e["experts"] = {t.moe->num_experts, s.moe->num_experts};
+        e["expert_ffn"] = {t.moe->expert_ffn, s.moe->expert_ffn};
+        e["top_k"] = {t.moe->top_k, s.moe->top_k};
+      }
       layers.push_back(e);
     }
     json steps = json::array();
@@ -1122,12 +1271,16 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     json cands = json::array();
     for (size_t c = 0; c < res.candidates.size(); ++c) {
       const auto& x = res.candidates[c];
-      cands.push_back({{"source", x.source}, {"kd_loss", x.kd}, {"chosen", int(c) == res.chosen},
+      cands.push_back({{"source", x.source}, {o.cost_only ? "proxy" : "kd_loss", o.cost_only ? x.proxy : x.kd}, {"chosen", int(c) == res.chosen},
                        {"repair_steps", x.repaired.steps.size()}, {"params", x.repaired.cost.params},
                        {"binding_use", x.repaired.binding_use}});
     }
     report["candidates"] = cands;
     report["chosen"] = res.candidates[size_t(res.chosen)].source;
+    report["objective"] = o.cost_only ? "proxy" : "kd";
+    if (o.cost_only)
+      report["proxy"] = {{"experts_weight", o.proxy_experts_weight}, {"importance", o.scores_source},
+                         {"student", res.candidates[size_t(res.chosen)].proxy}, {"argmax", proxy_of(pick)}};
     if (target) {
       report["teacher_prediction"] = predict(teacher_spec, target->hardware, target->engine, target->workload).to_json();
       report["student_prediction"] = predict(res.student, target->hardware, target->engine, target->workload).to_json();
@@ -1137,11 +1290,12 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     fs::rename(o.out + "/search_report.json.tmp", o.out + "/search_report.json");
     std::cout << "search done in " << dist::format_duration(std::chrono::duration<double>(clock::now() - t_start).count())
               << ": chose " << res.candidates[size_t(res.chosen)].source << " of " << res.candidates.size()
-              << (res.candidates.size() > 1 ? " candidates (hard KD " + fmt(res.candidates[size_t(res.chosen)].kd, 4) + ")"
-                                             : " candidates (the only distinct one after repair: not scored)")
+              << (o.cost_only ? " candidates (quality proxy " + fmt(res.candidates[size_t(res.chosen)].proxy, 4) + ")"
+                  : res.candidates.size() > 1 ? " candidates (hard KD " + fmt(res.candidates[size_t(res.chosen)].kd, 4) + ")"
+                                              : " candidates (the only distinct one after repair: not scored)")
               << ", " << res.repaired.steps.size()
               << " repair steps; student "
-              << fmt(res.repaired.cost.params / 1e6, 5) << "M parameters (teacher " << fmt(tc.params / 1e6, 5) << "M)";
+              << params_text(res.repaired.cost.params) << " parameters (teacher " << params_text(tc.params) << ")";
     for (const auto& b : budgets)
       std::cout << "; " << b.option << " " << shown_text(b.metric, res.repaired.cost.get(b.metric)) << " <= "
                 << shown_text(b.metric, b.value);
@@ -1150,6 +1304,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     std::cout << std::flush;
   }
   MPI_Barrier(world);
+  if (o.cost_only) return res;  // no weights to prune
   PruneOptions po;
   po.tp = o.tp;
   po.student_source = o.out + "/arch.json";

@@ -76,19 +76,24 @@ double violation(const Budget& b, double x);
 // One categorical decision. Choices are ascending; the mask of choice c keeps the units whose
 // rank is below choices[c].
 struct Decision {
-  std::string axis;   // hidden | ffn | attn_heads | mamba | moe
+  std::string axis;   // hidden | ffn | attn_heads | mamba | moe | experts | expert_ffn | top_k
   int layer = -1;     // -1: global (hidden)
   std::vector<int64_t> choices;  // hidden, ffn: widths (ffn 0 = the MLP removed); attn_heads: heads
-                                 // per KV group (0 = attention removed); mamba, moe: 0 (removed) or 1
+                                 // per KV group (0 = attention removed); mamba, moe: 0 (removed) or 1;
+                                 // experts: routed experts kept; expert_ffn: each expert's FFN width;
+                                 // top_k: routed experts per token
   std::vector<int64_t> rank;     // per unit its importance rank (0 = most important; heads: within
-                                 // their KV group); one unit for mamba / moe
+                                 // their KV group); one unit for mamba / moe; experts: per expert;
+                                 // expert_ffn: per neuron (scores summed over experts); top_k: none
   int teacher_choice() const { return int(choices.size()) - 1; }
   bool sharded() const { return axis == "ffn" || axis == "attn_heads"; }  // units split over TP
 };
 
 struct SpaceOptions {
-  // Axes searched: hidden ffn attn_heads skip (empty: every one the engine serves). "skip" adds
-  // the choice 0 (sublayer removed) to per-layer decisions and the mamba / moe keep decisions.
+  // Axes searched: hidden ffn attn_heads skip experts expert_ffn top_k (empty: every one the
+  // engine serves). "skip" adds the choice 0 (sublayer removed) to per-layer decisions and the
+  // mamba / moe keep decisions. The MoE axes (experts expert_ffn top_k) need `moe_axes`: the KD
+  // search has no soft mask over routed experts yet, so only the cost-only search varies them.
   std::vector<std::string> axes;
   // Explicit choices per axis (absolute values; the teacher's value is added when missing):
   // hidden=384,512 ffn=512,1024 attn_heads=1,2 (heads per KV group).
@@ -96,6 +101,7 @@ struct SpaceOptions {
   double min_width = 0.25;  // default grid: engine-friendly multiples from this fraction up
   int max_choices = 8;      // per decision, besides 0 (evenly thinned when the grid is longer)
   int tp = 1;               // every choice must split over this TP size
+  bool moe_axes = false;    // the per-layer MoE axes may be searched (search --cost-only)
 };
 
 struct SearchSpace {
@@ -103,6 +109,7 @@ struct SearchSpace {
   std::vector<Decision> decisions;
   int hidden = -1;                                 // index of the hidden decision (-1: held)
   std::vector<int> attn, ffn, mamba, moe;          // per layer: its decision (-1: none / held)
+  std::vector<int> experts, expert_ffn, top_k;     // per MoE layer: its decision (-1: held)
   std::vector<std::string> notes;                  // what is held and why
   // The student of one pick (a choice index per decision).
   model::ArchSpec spec(const std::vector<int>& pick) const;
@@ -122,6 +129,15 @@ SearchSpace build_space(const model::ArchSpec& teacher, const ImportanceScores& 
 // Metric order. At one-hot probabilities it is the exact cost model's value (tested).
 std::vector<double> expected_cost(const SearchSpace& space, const CostTarget& target,
                                   const std::vector<std::vector<double>>& probs);
+
+// The cost-only quality proxy of a distribution over the space (per decision, probabilities of
+// its choices; one-hot: of one pick), in [0, 1], 1 at the teacher: the mean over the teacher's
+// sublayers (attention, Mamba, MLP, MoE) of the fraction of the sublayer kept, times the hidden
+// fraction kept. Attention: heads kept / heads (0 removed); MLP: width / width; Mamba: kept or
+// not; MoE: kept x expert-FFN fraction x (w x experts fraction + (1 - w) x top-k fraction), with
+// w = `experts_weight` (the experts count sets what the layer knows, top-k what each token uses).
+// Each factor is linear in one decision's probabilities, so this is the exact expectation.
+double quality_proxy(const SearchSpace& space, const std::vector<std::vector<double>>& probs, double experts_weight);
 
 // ---- discretize and repair ------------------------------------------------------------------
 
@@ -181,6 +197,17 @@ struct DasOptions {
   int64_t score_batches = 4;
   int64_t log_interval = 5, save_interval = 25;
   std::string scores_source = "importance";
+  // Cost only (`search --cost-only`): no weights and no data. The teacher may be an ArchSpec JSON
+  // or config.json; the KD term is replaced by the stated quality proxy of quality_proxy() below
+  // (every sublayer as important as any other, every unit of a sublayer as any other), and the
+  // candidates are scored by it. The result is <out>/arch.json and search_report.json, no student
+  // checkpoint and no resumable state (it takes seconds). docs/scale.md.
+  bool cost_only = false;
+  double proxy_experts_weight = 0.5;
+  // What `search --cost-only` uses unless told otherwise (docs/scale.md: the KD defaults above
+  // overshoot on the linear proxy): more, smaller steps and a stiffer, slower-ramped budget.
+  static constexpr int64_t kCostOnlySteps = 200;
+  static constexpr double kCostOnlyLr = 0.05, kCostOnlyRho = 5.0, kCostOnlyWarmup = 0.6;
   // Check only: the teacher (a checkpoint, or an ArchSpec JSON / config.json), the target, the
   // space and the budgets' reachability, then return (nothing is read beyond the teacher's
   // architecture, nothing is written). `search --check`, and `autocompress run` before any stage.
@@ -192,6 +219,7 @@ struct DasCandidate {
   std::vector<int> pick;     // before repair
   RepairResult repaired;
   double kd = 0;             // hard-model KD loss of the repaired pick (calibration batches)
+  double proxy = 0;          // cost only: the quality proxy of the repaired pick (higher is better)
 };
 
 struct DasResult {
@@ -202,7 +230,7 @@ struct DasResult {
   std::vector<int> argmax;        // the search's own pick
   RepairResult repaired;
   model::ArchSpec student;
-  std::string student_path;       // <out>/student/step_0.h5
+  std::string student_path;       // <out>/student/step_0.h5 (empty: cost only)
   int64_t steps_done = 0;
   bool stopped = false;           // a stop signal ended it (checkpoint written; exit 75)
 };

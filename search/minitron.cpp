@@ -416,8 +416,20 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
   MinitronGrid& g = res.grid;
   if (o.check_only) {
     if (root)
+    {
       std::cout << "minitron check: " << teacher_path << ": " << g.feasible.size() << " of " << g.valid
-                << " uniform candidates meet every budget" << std::endl;
+                << " uniform candidates meet every budget";
+      // The largest of them: the first that calibration scoring would see (largest first).
+      if (!g.feasible.empty()) {
+        const MinitronCandidate& c = g.feasible.front();
+        std::cout << "; the largest: ";
+        for (size_t a = 0; a < g.axes.size(); ++a) std::cout << (a ? ", " : "") << g.axes[a].name << " " << c.dims[a];
+        std::cout << " (" << count_text(c.params) << " parameters, " << count_text(c.active_params) << " active";
+        if (c.predicted) std::cout << ", " << std::setprecision(5) << c.memory_bytes / 1e9 << " GB";
+        std::cout << ")";
+      }
+      std::cout << std::endl;
+    }
     return res;
   }
   const torch::Dtype dtype = checkpoint::parse_dtype(dist::choose_dtype(o.dtype).dtype);

@@ -327,8 +327,11 @@ EngineProfile engine_from_json(const json& j, const std::string& path) {
       else if (k == "per_layer" && v.is_array()) {
         for (const auto& a : v) {
           const auto& known = engine_per_layer_axes();
-          if (!a.is_string() || std::find(known.begin(), known.end(), a.get<std::string>()) == known.end())
-            f.fail("heterogeneous.per_layer", a.dump() + " is not one of ffn attn_heads mamba_heads experts expert_ffn shared_ffn skip");
+          if (!a.is_string() || std::find(known.begin(), known.end(), a.get<std::string>()) == known.end()) {
+            std::string names;
+            for (const auto& k : known) names += (names.empty() ? "" : " ") + k;
+            f.fail("heterogeneous.per_layer", a.dump() + " is not one of " + names);
+          }
           e.per_layer_axes.push_back(a.get<std::string>());
         }
       } else if (k == "ffn_multiple") {

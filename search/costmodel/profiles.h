@@ -92,10 +92,10 @@ struct HardwareProfile {
 
 // How a serving engine sizes memory and batches work.
 // Per-layer axes an engine profile may list: a dense MLP's width, attention heads per KV
-// group, Mamba heads, routed experts, expert and shared-expert widths, and "skip" (a no-op
-// sublayer: attention, Mamba, MLP or MoE removed from one layer).
+// group, Mamba heads, routed experts, expert and shared-expert widths, routed experts per token
+// (top_k), and "skip" (a no-op sublayer: attention, Mamba, MLP or MoE removed from one layer).
 inline const std::vector<std::string>& engine_per_layer_axes() {
-  static const std::vector<std::string> axes = {"ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "shared_ffn", "skip"};
+  static const std::vector<std::string> axes = {"ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "shared_ffn", "top_k", "skip"};
   return axes;
 }
 

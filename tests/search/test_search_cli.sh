@@ -4,7 +4,8 @@
 # against its ArchSpec and meets its budget by the exact cost model; a search stopped by
 # SIGUSR1 exits 75 and, rerun, resumes and ends where an uninterrupted one ends; bad input
 # (unknown axis, an axis the engine cannot serve, choices that do not split over TP, an
-# impossible budget) exits 2 naming the option before anything is written.
+# impossible budget) exits 2 naming the option before anything is written. `--cost-only` on an
+# ArchSpec alone writes the architecture and its report, and nothing else.
 source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
 rm -rf "$T/teacher" "$T/s1" "$T/s2" "$T/s3" "$T/bad" "$T"/*.h5
 make_data
@@ -68,5 +69,30 @@ expect_rc 2 "$AC_BIN" "${B[@]}" --engine local-eager --target-params 1000 --out 
 expect_out "\-\-target-params: 0.001M: below the smallest reachable value"
 expect_rc 2 "$AC_BIN" "${B[@]}" --engine local-eager --target-tpot-ms-ratio 1.5 --out "$T/bad"
 expect_out "\-\-target-tpot-ms-ratio: 1.5"
+[ ! -e "$T/bad" ] || fail "a refused search left $T/bad"
+
+# --cost-only: an ArchSpec alone (no weights, no importance, no data): arch.json and the report,
+# nothing to resume and no student; the MoE axes are searched there and refused without it.
+HYB=$AC_SOURCE_DIR/configs/models/tiny-hybrid.json
+C=(search --cost-only --teacher "$HYB" --hardware h100 --engine vllm --workload in-game --target-params-ratio 0.7)
+expect_rc 0 "$AC_BIN" "${C[@]}" --steps 30 --log-interval 10 --out "$T/c1"
+expect_out "steps/s"
+expect_out "search done in .*quality proxy"
+for f in arch.json search_report.json metrics.jsonl manifest.json; do [ -f "$T/c1/$f" ] || fail "--cost-only left no $f"; done
+[ ! -e "$T/c1/student" ] && [ ! -e "$T/c1/search" ] || fail "--cost-only wrote a student or search state"
+$PY - "$T/c1/search_report.json" <<'PYEOF' || fail "cost-only report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["objective"] == "proxy" and 0 < r["proxy"]["student"] < 1, r.get("proxy")
+assert all(b["meets"] for b in r["student_cost"]["budgets"]), r["student_cost"]
+assert r["student_cost"]["params"] <= 0.7 * r["teacher_cost"]["params"] * (1 + 1e-12)
+assert any(d["axis"] in ("experts", "expert_ffn", "top_k") for d in r["space"]["decisions"]), r["space"]["notes"]
+PYEOF
+expect_rc 2 "$AC_BIN" "${C[@]}" --data "$T/fortunes" --out "$T/bad"
+expect_out "\-\-data: .*--cost-only reads no data"
+expect_rc 2 "$AC_BIN" "${C[@]}" --proxy-experts-weight 1.5 --out "$T/bad"
+expect_out "\-\-proxy-experts-weight: 1.5"
+expect_rc 2 "$AC_BIN" "${B[@]}" --engine vllm --target-params-ratio 0.7 --axes experts --out "$T/bad"
+expect_out "\-\-axes: experts: is searched by .search --cost-only. only"
 [ ! -e "$T/bad" ] || fail "a refused search left $T/bad"
 echo PASS
