@@ -528,16 +528,23 @@ RepairResult repair(const SearchSpace& space, std::vector<int> pick, const std::
     int best = -1;
     double best_gain = -std::numeric_limits<double>::infinity(), best_use = 0;
     Evaluated best_eval;
-    for (size_t d = 0; d < D; ++d) {
-      if (pick[d] + 1 >= int(space.decisions[d].choices.size())) continue;
+    // The gain of a move needs no cost model, so moves are tried in order of gain: the first
+    // that holds every budget sets the best gain, and only moves tied with it (for the least
+    // budget used) are evaluated after it.
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t d = 0; d < D; ++d)
+      if (pick[d] + 1 < int(space.decisions[d].choices.size()))
+        order.push_back({lp[d][size_t(pick[d] + 1)] - lp[d][size_t(pick[d])], d});
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (const auto& [gain, d] : order) {
+      if (best >= 0 && gain < best_gain - 1e-12) break;
       std::vector<int> p = pick;
       ++p[d];
       Evaluated e = evaluate(space, p, budgets, target);
       if (!e.ok()) continue;
-      const double gain = lp[d][size_t(pick[d] + 1)] - lp[d][size_t(pick[d])];
       double use = 0;
       for (const auto& b : budgets) use = std::max(use, use_of(b, e.cost.get(b.metric)) - use_of(b, cur.cost.get(b.metric)));
-      if (gain > best_gain + 1e-12 || (std::abs(gain - best_gain) <= 1e-12 && use < best_use))
+      if (best < 0 || gain > best_gain + 1e-12 || (std::abs(gain - best_gain) <= 1e-12 && (use < best_use || (use == best_use && int(d) < best))))
         best = int(d), best_gain = gain, best_use = use, best_eval = e;
     }
     if (best < 0) break;
