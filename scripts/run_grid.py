@@ -579,6 +579,7 @@ def build_page(targets, configs, cells, status, data, args, plot_name):
                   "eval loss before distillation"], summary_rows, ["---"] * 7) + [""]
     out += [f"![eval loss minus the teacher's and KL to the teacher per target, both methods]({os.path.basename(plot_name)})"
             if plot_name else "No plot (matplotlib missing or no complete cell).", ""]
+    out += reading_notes(targets, data)
     out += sections
     out += ["## Commands, KD tokens and wall times", ""]
     rows = []
@@ -647,6 +648,31 @@ def make_plot(plt, pts, path):
     plt.close(fig)
     os.replace(tmp, path)
     return True
+
+
+def reading_notes(targets, data):
+    """What the numbers do and do not say, from the cells themselves."""
+    same, varied = [], []
+    for t in targets:
+        for m in METHODS:
+            sizes = {(r["methods"][m]["eval"] or {}).get("parameters") for r in data.get(t, [])}
+            if len(data.get(t, [])) > 1:
+                (same if len(sizes) == 1 else varied).append(f"{t} {TITLE[m]}")
+    out = ["## Reading these numbers", ""]
+    if same:
+        out += ["- **The seed spread is not an architecture spread.** The seed moves the data order, the eval samples, the Gumbel "
+                "noise and the candidates. These chose the same student (the same parameter count) in every seed: "
+                + ", ".join(same) + ". Their spread is that of the distillation and the evaluation for one architecture; "
+                "a different search seed was not enough to change the architecture."]
+    if varied:
+        out += ["- Students that differed between seeds: " + ", ".join(varied) + "."]
+    out += ["- **Equal hardware budget, not equal size.** Both methods meet the same absolute budget on the same cost model, "
+            "so their parameter counts differ. That is the claim being tested: parameters do not predict latency or memory "
+            "on a given engine.",
+            "- **Short distillation.** Each student gets the KD tokens in the last table. Model-Optimizer's "
+            "Minitron-vs-Puzzletron study found rankings made before retraining flip after it (`../shared/SEARCH.md`). Compare "
+            "the columns before and after distillation below; a much longer distillation was not run.", ""]
+    return out
 
 
 def write_results(plt, targets, configs, cells, args):
