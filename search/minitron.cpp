@@ -424,7 +424,9 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
         const MinitronCandidate& c = g.feasible.front();
         std::cout << "; the largest: ";
         for (size_t a = 0; a < g.axes.size(); ++a) std::cout << (a ? ", " : "") << g.axes[a].name << " " << c.dims[a];
-        std::cout << " (" << count_text(c.params) << " parameters, " << count_text(c.active_params) << " active";
+        auto billions = [](double n) { return fmt(n / 1e9, 4) + "B"; };
+        std::cout << " (" << (c.params >= 1e9 ? billions(c.params) : count_text(c.params)) << " parameters, "
+                  << (c.active_params >= 1e9 ? billions(c.active_params) : count_text(c.active_params)) << " active";
         if (c.predicted) std::cout << ", " << std::setprecision(5) << c.memory_bytes / 1e9 << " GB";
         std::cout << ")";
       }
