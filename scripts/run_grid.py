@@ -666,6 +666,19 @@ def reading_notes(targets, data):
                 "a different search seed was not enough to change the architecture."]
     if varied:
         out += ["- Students that differed between seeds: " + ", ".join(varied) + "."]
+    for t in targets:
+        rs = data.get(t, [])
+        if not rs:
+            continue
+        loss = {m: mean_sd([(r["methods"][m]["eval"] or {}).get("loss") for r in rs])[0] for m in METHODS}
+        before = {m: mean_sd([(r["methods"][m]["pruned"] or {}).get("loss") for r in rs])[0] for m in METHODS}
+        if num(loss["autocompress"]) and num(loss["minitron"]) and loss["autocompress"] >= loss["minitron"]:
+            flip = (num(before["autocompress"]) and num(before["minitron"]) and before["autocompress"] < before["minitron"])
+            out += [f"- **{t}: AutoCompress is not better after distillation.** Its eval loss is {fmt(loss['autocompress'])} "
+                    f"against Minitron's {fmt(loss['minitron'])} (mean over {len(rs)} seed(s))"
+                    + (f", although it was better before distillation ({fmt(before['autocompress'])} against "
+                       f"{fmt(before['minitron'])}): the ranking flipped in retraining" if flip else "")
+                    + f". What each chose is in the {t} section below."]
     out += ["- **Equal hardware budget, not equal size.** Both methods meet the same absolute budget on the same cost model, "
             "so their parameter counts differ. That is the claim being tested: parameters do not predict latency or memory "
             "on a given engine.",
