@@ -668,17 +668,22 @@ def reading_notes(targets, data):
         out += ["- Students that differed between seeds: " + ", ".join(varied) + "."]
     for t in targets:
         rs = data.get(t, [])
-        if not rs:
+        pairs = [((r["methods"]["autocompress"]["eval"] or {}).get("loss"), (r["methods"]["minitron"]["eval"] or {}).get("loss"),
+                  (r["methods"]["autocompress"]["pruned"] or {}).get("loss"), (r["methods"]["minitron"]["pruned"] or {}).get("loss"),
+                  r["cell"].seed) for r in rs]
+        pairs = [p for p in pairs if num(p[0]) and num(p[1])]
+        if not pairs:
             continue
-        loss = {m: mean_sd([(r["methods"][m]["eval"] or {}).get("loss") for r in rs])[0] for m in METHODS}
-        before = {m: mean_sd([(r["methods"][m]["pruned"] or {}).get("loss") for r in rs])[0] for m in METHODS}
-        if num(loss["autocompress"]) and num(loss["minitron"]) and loss["autocompress"] >= loss["minitron"]:
-            flip = (num(before["autocompress"]) and num(before["minitron"]) and before["autocompress"] < before["minitron"])
-            out += [f"- **{t}: AutoCompress is not better after distillation.** Its eval loss is {fmt(loss['autocompress'])} "
-                    f"against Minitron's {fmt(loss['minitron'])} (mean over {len(rs)} seed(s))"
-                    + (f", although it was better before distillation ({fmt(before['autocompress'])} against "
-                       f"{fmt(before['minitron'])}): the ranking flipped in retraining" if flip else "")
-                    + f". What each chose is in the {t} section below."]
+        diff, sd, _ = mean_sd([a - m for a, m, _, _, _ in pairs])
+        if diff < 0 and (len(pairs) < 2 or (num(sd) and -diff > sd)):
+            continue  # better by more than the spread (or one seed and better)
+        flips = [str(seed) for a, m, ab, mb, seed in pairs if a >= m and num(ab) and num(mb) and ab < mb]
+        per_seed = ", ".join(f"{fmt(a - m)} (seed {seed})" for a, m, _, _, seed in pairs)
+        out += [f"- **{t}: AutoCompress is not better than Minitron by more than the seed spread after distillation.** "
+                f"Eval loss AutoCompress − Minitron: {fmt(diff)}" + (f" ± {fmt(sd)}" if num(sd) else "") + f"; per seed {per_seed}."
+                + (f" In seed(s) {', '.join(flips)} AutoCompress was better before distillation and worse after it: the ranking "
+                   "flipped in retraining." if flips else "")
+                + f" What each chose is in the {t} section below."]
     out += ["- **Equal hardware budget, not equal size.** Both methods meet the same absolute budget on the same cost model, "
             "so their parameter counts differ. That is the claim being tested: parameters do not predict latency or memory "
             "on a given engine.",
