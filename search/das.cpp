@@ -587,6 +587,11 @@ RepairResult repair(const SearchSpace& space, std::vector<int> pick, const std::
 
 namespace {
 
+// The expected value of decision d's choice under its probabilities.
+torch::Tensor expected_choice(const SearchSpace& s, const std::vector<torch::Tensor>& probs, int d) {
+  return expected_value(probs[size_t(d)], torch::tensor(s.decisions[size_t(d)].choices, torch::kFloat64));
+}
+
 // The expected cost of a distribution over the space: per-layer expected dimensions on the
 // differentiable cost model, mixed exactly over the hidden-width choices (one model per choice:
 // the formulas are not linear in the hidden width, so E[cost] is taken over it, not cost(E[h])).
@@ -626,7 +631,7 @@ class SoftCostFn {
       auto moe_dim = [&](int d, double base) {
         if (d < 0) return torch::full({}, base, torch::kFloat64);
         any_moe_dims = true;
-        return (probs[size_t(d)] * torch::tensor(s_.decisions[size_t(d)].choices, torch::kFloat64)).sum();
+        return expected_choice(s_, probs, d);
       };
       ex[l] = moe_dim(s_.experts[l], base_experts_[l]);
       tk[l] = moe_dim(s_.top_k[l], base_top_k_[l]);
@@ -671,11 +676,8 @@ class SoftCostFn {
 
 // quality_proxy() over tensors (autograd reaches the probabilities).
 torch::Tensor proxy_tensor(const SearchSpace& s, const std::vector<torch::Tensor>& probs, double w) {
-  auto mean = [&](int d) {
-    return (probs[size_t(d)] * torch::tensor(s.decisions[size_t(d)].choices, torch::kFloat64)).sum();
-  };
   auto frac = [&](int d, double teacher_value) {
-    return d >= 0 ? mean(d) / teacher_value : torch::ones({}, torch::kFloat64);
+    return d >= 0 ? expected_choice(s, probs, d) / teacher_value : torch::ones({}, torch::kFloat64);
   };
   const auto& t = s.teacher;
   torch::Tensor sum = torch::zeros({}, torch::kFloat64);
