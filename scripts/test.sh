@@ -13,5 +13,8 @@ else
   cmake -S . -B "$BUILD_DIR" >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$JOBS"
-# MPI tests oversubscribe the cores; run them one at a time so they do not starve each other.
-ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 "$@"
+# Tests run side by side, one per core (CTEST_JOBS to change it). An MPI test reserves a core
+# per rank (its PROCESSORS), so a 2-rank test on 2 cores runs alone; the shell tests, which
+# start short MPI jobs between files, Python and process start-up, reserve one, and the
+# Slurm tests share one lock. The long tests start first (tests/test_costs.txt).
+ctest --test-dir "$BUILD_DIR" --output-on-failure --timeout 600 -j "${CTEST_JOBS:-$JOBS}" "$@"
