@@ -51,7 +51,6 @@ ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communica
     b.master = torch::zeros({b.segment}, f32);
     b.exp_avg = torch::zeros({b.segment}, f32);
     b.exp_avg_sq = torch::zeros({b.segment}, f32);
-    b.flat = torch::empty({b.segment * dp_size}, f32);
     for (const Slot& s : b.slots) {
       const OptimParam& op = params_[s.param];
       const int64_t n = owned_rows(s, me) * s.row_numel;
@@ -118,12 +117,13 @@ void ZeroAdamW::sync_params_from_master() {
 StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   torch::NoGradGuard no_grad;
   const int dp_size = dp_.size();
-  // 1. Average gradients over DP; each rank keeps the fp32 rows it owns. The staging
-  // buffer is reused (no per-step allocation and page faults); padding rows stay zero.
+  // 1. Average gradients over DP; each rank keeps the fp32 rows it owns. One bucket's
+  // staging buffer lives at a time, and the bucket's gradients are freed as soon as they are
+  // staged: the step's peak is the gradients plus one bucket, not two full copies.
   std::vector<torch::Tensor> grads;
   grads.reserve(buckets_.size());
   for (Bucket& b : buckets_) {
-    torch::Tensor& flat = b.flat;
+    torch::Tensor flat = torch::empty({b.segment * dp_size}, b.master.options());
     for (int r = 0; r < dp_size; ++r) {
       for (const Slot& s : b.slots) {
         const int64_t rows = owned_rows(s, r);
@@ -135,6 +135,10 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
         if (g.defined()) mine.copy_(as_rows(g).narrow(0, r * s.rows_per_rank, rows));
         else mine.zero_();  // e.g. an expert no token reached on this rank
       }
+    }
+    for (const Slot& s : b.slots) {
+      torch::Tensor& g = params_[s.param].param.mutable_grad();
+      if (g.defined()) g = torch::Tensor();
     }
     if (dp_size > 1) {
       torch::Tensor mine = torch::empty({b.segment}, flat.options());

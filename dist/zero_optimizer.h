@@ -12,8 +12,9 @@
 // each bucket's flat buffer is laid out rank-major (all of rank 0's rows of the bucket's
 // parameters, then rank 1's, ...), so one reduce-scatter leaves each rank its own gradient
 // rows contiguously and one all-gather (in the parameters' dtype) returns the updated rows.
-// Bytes per parameter: 2 (bf16 param) + 2 (grad) + 12 / dp (master, m, v) + transient fp32
-// bucket buffers.
+// Bytes per parameter: 2 (bf16 param) + 2 (grad) + 12 / dp (master, m, v), plus one bucket's
+// fp32 staging buffer at a time: each bucket's gradients are freed once staged, so a step never
+// holds a second full-size copy of them (autocompress plan counts the same: docs/plan.md).
 #pragma once
 
 #include <torch/types.h>
@@ -94,7 +95,6 @@ class ZeroAdamW {
     int64_t segment = 0;      // elements per rank
     torch::ScalarType dtype;  // of its parameters
     torch::Tensor master, exp_avg, exp_avg_sq;  // [segment] fp32: this rank's rows
-    torch::Tensor flat;                         // [segment * dp] fp32 gradient staging, reused every step
   };
   void gather_params(Bucket& b);
   int64_t owned_rows(const Slot& s, int rank) const;

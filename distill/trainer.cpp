@@ -28,6 +28,7 @@
 #include "dist/error.h"
 #include "dist/progress.h"
 #include "dist/parallel_layout.h"
+#include "dist/tensor_memory.h"
 #include "dist/tensor_parallel.h"
 #include "dist/zero_optimizer.h"
 #include "distill/kd_loss.h"
@@ -94,6 +95,10 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                                 {"dtype", dtype_choice.dtype}, {"dtype_reason", dtype_choice.reason}};
   if (on_layout) on_layout(layout_json);
 
+  // Count live CPU tensor bytes from here on: each metrics line carries the largest rank's peak
+  // in its interval (steps, and any eval or checkpoint save since the line before), which
+  // `autocompress plan` predicts for the steps (tests/distill/test_memory_vs_plan.sh).
+  dist::tensor_memory::install();
   std::optional<model::CausalLM> teacher;
   model::ArchSpec teacher_spec;
   std::string teacher_path;
@@ -303,6 +308,14 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   };
 
   // ---- the loop -------------------------------------------------------------------------
+  // The peak of training: from the models and optimizer as they stand (load temporaries excluded).
+  dist::tensor_memory::reset_peak();
+  auto peak_over_ranks = [&]() {  // and starts the next interval
+    int64_t p = dist::tensor_memory::peak();
+    dist::tensor_memory::reset_peak();
+    MPI_Allreduce(MPI_IN_PLACE, &p, 1, MPI_INT64_T, MPI_MAX, world);
+    return p;
+  };
   std::ofstream metrics;
   if (root) metrics.open(metrics_path, std::ios::app);
   const int64_t tokens_per_step = cfg.micro_batch * cfg.seq_len * cfg.grad_accum * dp;
@@ -408,6 +421,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
       const double eta = dt / double(interval_steps) * double(cfg.steps - step);
       const double mfu = peak_flops > 0 ? tok_s * flops_per_token / (peak_flops * devices) : 0.0;
       const double n = double(interval_steps);
+      const int64_t peak_bytes = peak_over_ranks();  // every rank: a collective
       if (root) {
         nlohmann::json line = {{"step", step},        {"loss", interval.total / n}, {"lr", lr},
                                {"grad_norm", last_norm}, {"tokens", tokens_seen},   {"tokens_per_s", tok_s},
@@ -416,6 +430,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
         if (ce_w > 0) line["ce_loss"] = interval.ce / n;
         if (use_inter) line["intermediate_loss"] = interval.inter / n;
         if (peak_flops > 0) line["mfu"] = mfu;
+        line["peak_tensor_bytes"] = peak_bytes;  // the largest rank's peak in this interval
         metrics << line.dump() << "\n" << std::flush;
         std::ostringstream o;
         o << "step " << step << "/" << cfg.steps << " | loss " << std::fixed << std::setprecision(4)
@@ -425,6 +440,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
           << std::setprecision(3) << last_norm << " | " << si(tok_s) << " tok/s";
         if (peak_flops > 0) o << " | MFU " << std::setprecision(1) << 100.0 * mfu << "%";
         if (skipped_total) o << " | skipped " << skipped_total;
+        o << " | mem " << std::setprecision(0) << double(peak_bytes) / (1 << 20) << " MiB";
         o << " | ETA " << format_duration(eta);
         std::cout << o.str() << std::endl;
       }

@@ -245,6 +245,15 @@ int experts_gcd(const ArchSpec& a, int g) {
 }  // namespace
 
 // ---- public helpers -----------------------------------------------------------------------
+std::string phase_names(unsigned phases) {
+  if (phases == kAlways) return "always";
+  std::string s;
+  for (auto [bit, name] : {std::pair{kForward, "forward"}, std::pair{kKdBackward, "KD backward"},
+                           std::pair{kBackward, "backward"}, std::pair{kStep, "step"}})
+    if (phases & bit) s += (s.empty() ? "" : ", ") + std::string(name);
+  return s;
+}
+
 std::string Cluster::to_string() const {
   return std::to_string(nodes) + "x" + std::to_string(gpus_per_node) + "x" + kind;
 }
@@ -339,6 +348,9 @@ LayerActivation layer_activations(const LayerSpec& l, int64_t hidden, const Acti
     case Recompute::Selective: r.saved = r.working - scores; break;  // core attention recomputed
     case Recompute::Full: r.saved = 2 * sb * h / ts; break;          // the layer input only
   }
+  // The byte counts above are of bf16 activations (Korthikanti et al.); fp32 ones are twice that.
+  r.working *= sh.element_bytes / 2;
+  r.saved *= sh.element_bytes / 2;
   return r;
 }
 
@@ -409,14 +421,16 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
   p.teacher_params = ts_t.total;
   p.teacher_params_gpu = ts_t.dense_gpu + ts_t.expert_gpu;
   const double t_bytes = dtype_bytes(teacher.dtype);
-  auto add = [&](const std::string& name, double bytes, const std::string& note) {
-    if (bytes > 0) p.memory.push_back({name, bytes, note});
+  auto add = [&](const std::string& name, double bytes, const std::string& note, unsigned phases = kAlways) {
+    if (bytes > 0) p.memory.push_back({name, bytes, note, phases});
   };
   add("teacher weights", p.teacher_params_gpu * t_bytes,
       fmt("%.3gB params on this GPU, ", p.teacher_params_gpu / 1e9) + teacher.dtype + ", frozen" +
           (o.stage == PlanStage::Search ? "; shared by the masked student" : ""));
 
-  ActivationShape shape{o.seq_len, o.micro_batch, tp, L.etp, o.sequence_parallel, o.flash_attention, o.dropout, o.recompute};
+  // Activations, logits and SP buffers are in the trained model's dtype (the teacher's for importance).
+  const double eb = dtype_bytes(student ? student->dtype : teacher.dtype);
+  ActivationShape shape{o.seq_len, o.micro_batch, tp, L.etp, o.sequence_parallel, o.flash_attention, o.dropout, o.recompute, eb};
   ActivationShape fwd_shape = shape;
   fwd_shape.recompute = Recompute::None;
   ModelActivations teacher_act = model_activations(teacher, "teacher", fwd_shape, o.include_mtp);
@@ -438,7 +452,7 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     else if (group == "EP") p.ep_comm_s += c.seconds;
     else p.dp_comm_s += c.seconds;
   };
-  const double layer_tensor = 2 * sb * double(teacher.hidden_size);  // bf16 [s, b, h]
+  const double layer_tensor = eb * sb * double(teacher.hidden_size);  // [s, b, h]
   auto tp_volume = [&](const ArchSpec& a, double passes) {
     return passes * p.grad_accum * sublayers_with_tp(a) * 2.0 * (tp - 1) / tp * (2 * sb * double(a.hidden_size));
   };
@@ -457,13 +471,13 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
              etp_bytes, false);
   };
 
-  double buffers = 0;
+  double buffers = 0;  // live in the forward and backward
   if (tp > 1 && o.sequence_parallel) buffers += 2 * layer_tensor;  // the gathered sequence and its gradient
 
   if (o.stage == PlanStage::Importance) {
     add("activations (forward workspace)", teacher_act.max_working + 2 * layer_tensor / ts,
-        "largest layer of a no-grad forward + residual stream");
-    add("teacher logits", 2 * sb * vshard_t, "bf16 [tokens, vocab / TP]");
+        "largest layer of a no-grad forward + residual stream", kForward);
+    add("teacher logits", eb * sb * vshard_t, fmt("%.0f-byte [tokens, vocab / TP]", eb), kForward);
     add("importance accumulators", unit_count(teacher) * 8, "fp64 per scored unit, replicated");
     for (auto& r : teacher_act.rows) p.activations.push_back(r);
     p.flops_per_gpu = tokens_step * f_teacher.total() / world;
@@ -491,7 +505,8 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
               student->dtype);
       add("student gradients", o.grad_bytes * (ss.dense_gpu / dp_g + ss.expert_gpu / edp_g),
           std::string(o.grad_bytes == 2 ? "bf16" : "fp32") +
-              (L.zero >= 2 ? ", sharded over DP (dense) / EDP (experts)" : ", not sharded"));
+              (L.zero >= 2 ? ", sharded over DP (dense) / EDP (experts)" : ", not sharded") + "; freed at every step",
+          kBackward | kStep);
       add("student optimizer states", 12 * (ss.dense_gpu / dp_o + ss.expert_gpu / edp_o),
           std::string("fp32 master + Adam m, v (12 B/param)") +
               (L.zero >= 1 ? fmt(", sharded over DP %.0f", L.dp) + fmt(" / EDP %.0f", p.edp) : ", replicated"));
@@ -500,16 +515,32 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
       add("search masks + optimizer", masks * 16, "fp32 mask logits + master + Adam m, v, replicated");
     }
     add(who + " activations", act.saved,
-        "saved for backward, recompute " + to_string(o.recompute) + (o.flash_attention ? ", flash attention" : ", eager attention"));
+        "saved for backward, recompute " + to_string(o.recompute) + (o.flash_attention ? ", flash attention" : ", eager attention"),
+        kForward | kKdBackward | kBackward);
     add("layer workspace", std::max(teacher_act.max_working, act.max_working),
-        "largest single layer's tensors: the teacher's no-grad forward, a recomputed or backward layer");
+        "largest single layer's tensors: the teacher's no-grad forward, a recomputed or backward layer", kForward | kBackward);
+    // The vocabulary-parallel KD loss (distill/kd_loss.cpp): both models' logits are kept for
+    // its backward; its forward works in 3 fp32 [chunk, vocab / TP] buffers, its backward
+    // writes the logits' gradient with 2.
     const double vshard_s = std::ceil(double(trained.vocab_size) / tp);
     const double chunk = std::min<double>(double(o.kd_token_chunk), sb);
-    add("KD logits", 2 * sb * (vshard_t + 2 * vshard_s) + o.kd_fp32_temporaries * chunk * vshard_s * 4,
-        fmt("bf16 teacher + student logits and the student's gradient [tokens, vocab / TP], %.0f fp32 ", double(o.kd_fp32_temporaries)) +
-            fmt("[chunk %.0f, vocab / TP] temporaries", chunk));
+    const double ws = chunk * vshard_s * 4;
+    add("KD logits", eb * sb * (vshard_t + vshard_s),
+        fmt("%.0f-byte teacher + student logits [tokens, vocab / TP], kept for the KD backward", eb), kForward | kKdBackward);
+    add("KD loss forward workspace", 3 * ws, fmt("3 fp32 [chunk %.0f, vocab / TP]", chunk), kForward);
+    add("KD logits gradient", eb * sb * vshard_s + 2 * ws,
+        fmt("%.0f-byte [tokens, vocab / TP] + 2 fp32 [chunk, vocab / TP]", eb), kKdBackward);
     if (student) {
-      if (L.dp > 1 || p.edp > 1) buffers += o.bucket_bytes * 1.5;  // fp32 reduce-scatter bucket + bf16 all-gather bucket
+      // One bucket at a time (no larger than the fp32 gradients on this GPU): the fp32
+      // reduce-scatter staging + the all-gather in the weights' dtype; and the reduced fp32
+      // gradient rows this rank owns, until the update.
+      const double bucket = std::min(o.bucket_bytes, 4 * (p.student_dense_gpu + p.student_expert_gpu));
+      if (L.dp > 1 || p.edp > 1) {
+        add("DP buckets", bucket * (1 + dtype_bytes(student->dtype) / 4),
+            "one fp32 reduce-scatter bucket + one all-gather bucket", kStep);
+        add("reduced gradient shards", 4 * (p.student_dense_gpu / L.dp + p.student_expert_gpu / p.edp),
+            "fp32, this rank's rows", kStep);
+      }
       const int width = max_expert_width(*student);
       double copies = 0;
       for (const auto& l : student->layers)
@@ -548,9 +579,19 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
       dp_sync(p.student_expert_gpu, place(p.edp, L.ep * L.etp, gpn), "EDP", "expert");
     }
   }
-  add("communication buffers", buffers, "SP gathered sequence, EP all-to-all send/receive, DP buckets");
+  add("communication buffers", buffers, "SP gathered sequence, EP all-to-all send/receive",
+      o.stage == PlanStage::Importance ? kForward : kForward | kBackward);
 
-  for (const auto& m : p.memory) p.total_bytes += m.bytes;
+  for (const auto& m : p.memory) {
+    if (m.phases == kAlways) p.always_bytes += m.bytes;
+    for (int k = 0; k < 4; ++k)
+      if (m.phases & (1u << k)) p.phase_bytes[k] += m.bytes;
+  }
+  int peak = 0;
+  for (int k = 1; k < 4; ++k)
+    if (p.phase_bytes[k] > p.phase_bytes[peak]) peak = k;
+  p.peak_phase = 1u << peak;
+  p.total_bytes = p.always_bytes + p.phase_bytes[peak];
   p.device_bytes = hw.memory_bytes;
   p.usable_bytes = hw.memory_bytes * hw.usable_fraction - o.reserve_bytes;
   p.fits = p.total_bytes <= p.usable_bytes;
@@ -636,12 +677,16 @@ std::string Plan::table() const {
                   student_dense_gpu / 1e9, student_expert_gpu / 1e9);
     o << line;
   }
-  o << "\n\nper-GPU memory                         GiB  how\n";
+  o << "\n\nper-GPU memory                         GiB  live  how\n";
   for (const auto& m : memory) {
-    std::snprintf(line, sizeof line, "  %-32s %7.2f  %s\n", m.name.c_str(), m.bytes / kGiB, m.note.c_str());
+    std::snprintf(line, sizeof line, "  %-32s %7.2f  %s; %s\n", m.name.c_str(), m.bytes / kGiB, phase_names(m.phases).c_str(),
+                  m.note.c_str());
     o << line;
   }
-  std::snprintf(line, sizeof line, "  %-32s %7.2f\n", "total", total_bytes / kGiB);
+  std::snprintf(line, sizeof line, "  %-32s %7.2f  always %.2f + %s %.2f (phases: forward %.2f, KD backward %.2f, "
+                "backward %.2f, step %.2f)\n", "peak", total_bytes / kGiB, always_bytes / kGiB, phase_names(peak_phase).c_str(),
+                (total_bytes - always_bytes) / kGiB, phase_bytes[0] / kGiB, phase_bytes[1] / kGiB, phase_bytes[2] / kGiB,
+                phase_bytes[3] / kGiB);
   o << line;
   std::snprintf(line, sizeof line, "  %-32s %7.2f  %.1f GB device x %.2f - %.2f GiB reserve: %s %.2f GiB\n", "usable",
                 usable_bytes / kGiB, device_bytes / 1e9, device_bytes > 0 ? (usable_bytes + options.reserve_bytes) / device_bytes : 0.0,
@@ -680,7 +725,8 @@ std::string Plan::table() const {
 
 json Plan::to_json() const {
   json mem = json::array(), act = json::array(), cm = json::array();
-  for (const auto& m : memory) mem.push_back({{"name", m.name}, {"bytes", m.bytes}, {"gib", m.bytes / kGiB}, {"note", m.note}});
+  for (const auto& m : memory)
+    mem.push_back({{"name", m.name}, {"bytes", m.bytes}, {"gib", m.bytes / kGiB}, {"live", phase_names(m.phases)}, {"note", m.note}});
   for (const auto& r : activations)
     act.push_back({{"model", r.model}, {"kind", r.kind}, {"layers", r.layers}, {"saved_bytes_per_layer", r.saved_per_layer},
                    {"working_bytes_per_layer", r.working_per_layer}});
@@ -706,6 +752,10 @@ json Plan::to_json() const {
             {"student_dense_per_gpu", student_dense_gpu}, {"student_expert_per_gpu", student_expert_gpu}}},
           {"memory", mem},
           {"total_bytes", total_bytes},
+          {"always_bytes", always_bytes},
+          {"phase_bytes",
+           {{"forward", phase_bytes[0]}, {"kd_backward", phase_bytes[1]}, {"backward", phase_bytes[2]}, {"step", phase_bytes[3]}}},
+          {"peak_phase", phase_names(peak_phase)},
           {"device_bytes", device_bytes},
           {"usable_bytes", usable_bytes},
           {"fits", fits},

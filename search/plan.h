@@ -58,7 +58,6 @@ struct PlanOptions {
   int dp_reduce_bytes = 4;       // gradients are reduced in fp32 (dist/zero_optimizer.h)
   bool include_mtp = true;       // MTP layers' weights are part of the checkpoint and are trained
   int64_t kd_token_chunk = 1024; // distill::KdOptions::token_chunk
-  int kd_fp32_temporaries = 4;   // [chunk, vocab shard] fp32 tensors live at once in the KD loss
   double bucket_bytes = 25.0 * (1 << 20);  // dist::AdamWOptions::bucket_bytes (fp32)
   double reserve_bytes = 2.0 * (1 << 30);  // CUDA context, cuBLAS/NCCL workspaces, allocator slack
 };
@@ -70,6 +69,7 @@ struct ActivationShape {
   int tp = 1, etp = 1;
   bool sequence_parallel = true, flash_attention = true, dropout = false;
   Recompute recompute = Recompute::None;
+  double element_bytes = 2;  // of activations: the model's dtype (bf16 as clusters train; fp32 on a CPU without bf16)
 };
 struct LayerActivation {
   double saved = 0;    // kept until this layer's backward
@@ -78,10 +78,23 @@ struct LayerActivation {
 };
 LayerActivation layer_activations(const model::LayerSpec& layer, int64_t hidden, const ActivationShape& shape);
 
+// When an item is live during a training step. The per-GPU peak is the items live throughout
+// plus the largest phase's (the trainer frees gradients at every step and the KD loss's logits
+// after its backward, so not every item coexists; distill/trainer.cpp, dist/zero_optimizer.cpp).
+enum Phase : unsigned {
+  kAlways = 0,          // weights and optimizer states
+  kForward = 1,         // the teacher's and the student's forward, and the KD loss's
+  kKdBackward = 2,      // the KD loss's backward: the logits' gradient (no weight gradient yet)
+  kBackward = 4,        // the layers' backward: the weight gradients grow while activations free
+  kStep = 8,            // the optimizer step: gradients staged into DP buckets and reduced
+};
+std::string phase_names(unsigned phases);  // "forward, backward"; "always" for 0
+
 struct MemoryItem {
   std::string name;   // "teacher weights", "student optimizer states", ...
   double bytes = 0;
   std::string note;   // how it was counted
+  unsigned phases = kAlways;  // Phase bits; kAlways: live throughout
 };
 
 struct ActivationRow {  // one layer kind of one model
@@ -112,6 +125,9 @@ struct Plan {
   double teacher_params_gpu = 0, student_dense_gpu = 0, student_expert_gpu = 0;
   std::vector<MemoryItem> memory;
   std::vector<ActivationRow> activations;
+  // total = always + the largest phase (peak_phase), by Phase bit
+  double always_bytes = 0, phase_bytes[4] = {0, 0, 0, 0};
+  unsigned peak_phase = kForward;
   double total_bytes = 0, device_bytes = 0, usable_bytes = 0;
   bool fits = false;
   std::vector<CommItem> comm;

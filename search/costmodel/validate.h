@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/tensor_memory.h"
 #include "model/arch_spec.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/profiles.h"
@@ -67,15 +68,7 @@ EngineProfile engine_for_validation(EngineProfile engine, int64_t prompt_tokens)
 ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine,
                                      const ValidationOptions& options, const std::vector<ValidationCase>& cases);
 
-// Bytes of live CPU tensors, counted by a wrapper around LibTorch's CPU allocator that
-// `install` puts in place (process-wide, idempotent). `reset_peak` sets the peak to the
-// current count.
-namespace tensor_memory {
-void install();
-bool installed();
-int64_t current();
-int64_t peak();
-void reset_peak();
-}  // namespace tensor_memory
+// The counting CPU allocator the validation measures memory with.
+namespace tensor_memory = dist::tensor_memory;
 
 }  // namespace ac::search

@@ -19,8 +19,15 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["format"] == "autocompress.plan" and j["fits"] is True, j["fits"]
 assert j["layout"] == {"tp": 8, "dp": 8, "ep": 4, "etp": 8, "edp": 2, "teacher_ep": 4, "teacher_edp": 2, "zero": 1}, j["layout"]
-total = sum(m["bytes"] for m in j["memory"])
-assert abs(total - j["total_bytes"]) < 1, (total, j["total_bytes"])
+# peak = what is live throughout + the largest phase; every item is counted in its phases
+always = sum(m["bytes"] for m in j["memory"] if m["live"] == "always")
+ph = j["phase_bytes"]
+for name, key in (("forward", "forward"), ("KD backward", "kd_backward"), ("backward", "backward"), ("step", "step")):
+    live = sum(m["bytes"] for m in j["memory"] if name in m["live"].split(", "))
+    assert abs(live - ph[key]) < 1, (name, live, ph[key])
+assert abs(always - j["always_bytes"]) < 1 and abs(always + max(ph.values()) - j["total_bytes"]) < 1, (always, ph, j["total_bytes"])
+assert j["peak_phase"] == "backward", j["peak_phase"]  # at 8K tokens: activations + gradients
+assert j["total_bytes"] < sum(m["bytes"] for m in j["memory"])
 assert j["total_bytes"] <= j["usable_bytes"] == 80e9 - 2 * 2**30, j["usable_bytes"]
 # the teacher's 123.6B parameters: experts (~95%) 32-way, the rest 8-way -> ~5B on one GPU
 assert abs(j["params"]["teacher"] / 1e9 - 123.611) < 0.001
