@@ -17,6 +17,11 @@ The larger prose corpus (`--sources all`, several million tokens; not built by C
   python-doc        the Python 3.11 documentation, package python3.11-doc (HTML; PSF licence)
   debian-reference  Osamu Aoki's Debian Reference, package debian-reference-en (GPL-2+)
   debian-faq        the Debian GNU/Linux FAQ, package debian-faq (SPI, verbatim-copy licence)
+  man-pages         the Linux man-pages project's sections 2, 3, 4, 5, 7 (packages manpages and
+                    manpages-dev; per-page licences in /usr/share/doc/manpages/copyright: mostly
+                    the Linux-man-pages copyleft, GPL-2+, BSD); roff turned into text here, with
+                    SYNOPSIS, SEE ALSO, VERSIONS, ATTRIBUTES, LIBRARY, COLOPHON and no-fill
+                    blocks (code, tables) left out, one document per page
 HTML is turned into text with the stdlib html.parser: one document per section (h1/h2),
 paragraphs separated by blank lines, code blocks (<pre>), navigation, tables of contents and
 index pages left out. Documents that are mostly not letters, shorter than --min-chars, or
@@ -157,6 +162,122 @@ def html_docs(name):
             yield text, f"{package}:{rel}#{i}"
 
 
+# ---- manual pages (roff) -> plain text ---------------------------------------------------
+MAN_SOURCES = {"man-pages": (("manpages", "manpages-dev"), ("man2", "man3", "man4", "man5", "man7"))}
+ROFF_GLYPHS = {"em": "\u2014", "en": "\u2013", "aq": "'", "dq": '"', "lq": "\u201c", "rq": "\u201d", "oq": "\u2018",
+               "cq": "\u2019", "bu": "\u2022", "co": "\u00a9", "rg": "\u00ae", "ti": "~", "ha": "^", "mi": "-",
+               "hy": "-", "ga": "`", "ul": "_", "rs": "\\", "+-": "\u00b1", "mu": "\u00d7", "<=": "\u2264",
+               ">=": "\u2265", "->": "\u2192", "tm": "\u2122", "de": "\u00b0", "bv": "|", "sl": "/", "sq": "\u25a1"}
+ROFF_FONT_MACROS = {"B", "I", "SM", "SB"}          # arguments joined with spaces
+ROFF_ALT_MACROS = {"BR", "RB", "IR", "RI", "BI", "IB"}  # arguments joined without spaces
+ROFF_BREAKS = {"PP", "LP", "P", "TP", "IP", "HP", "sp", "br", "TQ", "RS", "RE", "in", "ti", "bp"}
+ROFF_NOFILL = {"nf": "fi", "EX": "EE", "TS": "TE", "EQ": "EN", "de": "..", "ig": ".."}
+# Sections that are not running prose, and the man-pages project's colophon.
+MAN_SKIP_SECTIONS = {"SYNOPSIS", "SEE ALSO", "COLOPHON", "VERSIONS", "ATTRIBUTES", "LIBRARY"}
+
+
+def roff_unescape(t):
+    t = re.sub(r"\\f(\[[^\]]*\]|\(..|.)", "", t)               # fonts
+    t = re.sub(r"\\\((..)", lambda m: ROFF_GLYPHS.get(m.group(1), ""), t)
+    t = re.sub(r"\\\[([^\]]*)\]", lambda m: ROFF_GLYPHS.get(m.group(1), ""), t)
+    t = re.sub(r"\\\*(\[[^\]]*\]|\(..|.)", "", t)             # strings
+    t = re.sub(r"\\s[-+]?\d+", "", t)                             # sizes
+    t = re.sub(r"\\[nk](\[[^\]]*\]|\(..|.)", "", t)             # registers, marks
+    t = re.sub(r"\\[hvwoDlLxXZbN]'[^']*'", "", t)
+    t = t.replace("\\-", "-").replace("\\e", "\\").replace("\\ ", " ").replace("\\~", " ")
+    t = re.sub(r"\\[&%|^c:)/,0tdu!]", "", t)
+    t = re.sub(r"\\(.)", r"\1", t)
+    return t
+
+
+def roff_args(line):
+    """The arguments of a macro line (double quotes group words)."""
+    return [a[1:-1] if a.startswith('"') else a for a in re.findall(r'"[^"]*"|\S+', line)]
+
+
+def man_text(path):
+    """(title, [(section, [paragraph, ...]), ...]) of one roff manual page, or None for a link."""
+    import gzip
+    raw = (gzip.open if path.endswith(".gz") else open)(path, "rb").read().decode("utf-8", errors="replace")
+    lines = raw.splitlines()
+    if any(l.startswith(".so ") for l in lines[:3]):
+        return None
+    sections, paras, buf, section, nofill = [], [], [], "", None
+    title = os.path.basename(path).split(".gz")[0]
+
+    def flush():
+        t = re.sub(r"\s+", " ", " ".join(buf)).strip()
+        buf.clear()
+        if t:
+            paras.append(t)
+
+    def end_section():
+        flush()
+        if paras and section.upper() not in MAN_SKIP_SECTIONS:
+            sections.append((section, paras.copy()))
+        paras.clear()
+
+    for line in lines:
+        if nofill:
+            if re.match(r"^[.']\s*" + re.escape(nofill) + r"\b", line) or (nofill == ".." and line.startswith("..")):
+                nofill = None
+            continue
+        if line.startswith((".\\\"", "'\\\"", '\\"')):
+            continue
+        if line.startswith((".", "'")):
+            m = re.match(r"^[.']\s*(\S+)\s*(.*)$", line)
+            if not m:
+                continue
+            mac, rest = m.group(1), m.group(2)
+            if mac in ROFF_NOFILL:
+                flush()
+                nofill = ROFF_NOFILL[mac]
+            elif mac in ("SH", "SS"):
+                if mac == "SH":
+                    end_section()
+                    section = roff_unescape(" ".join(roff_args(rest))).strip()
+                else:
+                    flush()
+            elif mac in ROFF_BREAKS:
+                flush()
+            elif mac in ROFF_FONT_MACROS:
+                buf.append(roff_unescape(" ".join(roff_args(rest))))
+            elif mac in ROFF_ALT_MACROS:
+                buf.append(roff_unescape("".join(roff_args(rest))))
+            elif mac in ("UR", "MT"):
+                pass
+            continue
+        buf.append(roff_unescape(line))
+    end_section()
+    return title, sections
+
+
+def man_docs(name):
+    packages, dirs = MAN_SOURCES[name]
+    files = []
+    for pkg in packages:
+        lst = f"/var/lib/dpkg/info/{pkg}.list"
+        if not os.path.isfile(lst):
+            print(f"data_make_corpus: error: {lst}: not found; install the Debian package {pkg} "
+                  f"(apt-get install {pkg})", file=sys.stderr)
+            sys.exit(2)
+        for p in open(lst).read().split():
+            parts = p.split("/")
+            if len(parts) == 6 and parts[:4] == ["", "usr", "share", "man"] and parts[4] in dirs and os.path.isfile(p) \
+                    and not os.path.islink(p):
+                files.append((pkg, p))
+    for pkg, path in sorted(files, key=lambda x: x[1]):
+        r = man_text(path)
+        if r is None:
+            continue
+        title, sections = r
+        paras = []
+        for sec, ps in sections:
+            paras += ([sec.capitalize()] if sec and sec != "NAME" else []) + ps
+        if paras:
+            yield "\n\n".join(paras), f"{pkg}:{os.path.relpath(path, '/usr/share/man')}"
+
+
 def letters_ratio(text):
     chars = [c for c in text if not c.isspace()]
     return sum(c.isalpha() for c in chars) / max(1, len(chars))
@@ -181,7 +302,7 @@ def prose_corpus(a, sources):
     tmp = a.output + ".tmp"
     with open(tmp, "w", encoding="utf-8") as out:
         for src in sources:
-            docs = fortune_docs(a.dir) if src == "fortunes" else html_docs(src)
+            docs = fortune_docs(a.dir) if src == "fortunes" else man_docs(src) if src in MAN_SOURCES else html_docs(src)
             st = stats.setdefault(src, {"documents": 0, "bytes": 0, "duplicates": 0, "dropped": 0})
             for text, where in docs:
                 if src != "fortunes":
@@ -221,18 +342,19 @@ def main():
     ap.add_argument("--every", type=int, default=1, help="keep one document in N")
     ap.add_argument("--dir", default=FORTUNE_DIR)
     ap.add_argument("--sources", default="fortunes",
-                    help="comma list of fortunes, " + ", ".join(HTML_SOURCES) + ", or all (default: fortunes, "
+                    help="comma list of fortunes, " + ", ".join([*HTML_SOURCES, *MAN_SOURCES]) + ", or all (default: fortunes, "
                          "the demo/test corpus, byte for byte as before)")
     ap.add_argument("--min-chars", type=int, default=200, help="shortest documentation section kept (characters)")
     a = ap.parse_args()
     if a.every < 1:
         print("data_make_corpus: error: --every: must be >= 1", file=sys.stderr)
         sys.exit(2)
-    sources = ["fortunes", *HTML_SOURCES] if a.sources == "all" else [s for s in a.sources.split(",") if s]
+    known = ["fortunes", *HTML_SOURCES, *MAN_SOURCES]
+    sources = known if a.sources == "all" else [s for s in a.sources.split(",") if s]
     for s in sources:
-        if s != "fortunes" and s not in HTML_SOURCES:
-            print(f"data_make_corpus: error: --sources: unknown source '{s}' (known: fortunes, "
-                  f"{', '.join(HTML_SOURCES)}, all)", file=sys.stderr)
+        if s not in known:
+            print(f"data_make_corpus: error: --sources: unknown source '{s}' (known: "
+                  f"{', '.join(known)}, all)", file=sys.stderr)
             sys.exit(2)
     if sources != ["fortunes"]:
         prose_corpus(a, sources)
