@@ -90,7 +90,7 @@ print(f"last-word accuracy on {t['last_word_docs']} documents: teacher {t['last_
       f"({t['parameters']:,} parameters, floor {floor}), pruned {q['last_word_accuracy']:.3f} "
       f"({q['parameters']:,} parameters, perplexity {q['perplexity']:.0f})")
 PY
-rm -rf "$T/quarter" "$T/imp.h5"
+rm -rf "$T/quarter" "$T"/imp.h5*
 # The same samples at TP 3 (9 query / 3 KV heads split; TP 2 cannot split 9 heads) and at
 # TP 1 x DP 2 give the same loss.
 expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" eval --model "$T/teacher" --data "$T/fortunes" --samples 2 --tp 2 --quiet
