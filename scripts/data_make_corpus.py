@@ -305,6 +305,13 @@ def prose_corpus(a, sources):
             docs = fortune_docs(a.dir) if src == "fortunes" else man_docs(src) if src in MAN_SOURCES else html_docs(src)
             st = stats.setdefault(src, {"documents": 0, "bytes": 0, "duplicates": 0, "dropped": 0})
             for text, where in docs:
+                # Whole-document duplicates first, on the text as found, so that a repeated page is
+                # dropped whole rather than kept as the fragments the paragraph filter leaves.
+                key = hashlib.sha1(re.sub(r"\s+", " ", text.lower()).strip().encode()).digest()
+                if key in seen_docs:
+                    st["duplicates"] += 1
+                    continue
+                seen_docs.add(key)
                 if src != "fortunes":
                     paras = []
                     for para in text.split("\n\n"):
@@ -317,11 +324,6 @@ def prose_corpus(a, sources):
                     if len(text) < a.min_chars or letters_ratio(text) < 0.7:
                         st["dropped"] += 1
                         continue
-                key = hashlib.sha1(re.sub(r"\s+", " ", text.lower()).strip().encode()).digest()
-                if key in seen_docs:
-                    st["duplicates"] += 1
-                    continue
-                seen_docs.add(key)
                 if n_docs % a.every == 0:
                     out.write(json.dumps({"text": text, "source": where},
                                          ensure_ascii=False) + "\n")
