@@ -30,6 +30,12 @@ namespace {
 using h5::check;
 using h5::Handle;
 
+// The bytes a file write reads: a tensor in device memory is copied to the host here, the
+// only place a save leaves the device (a CPU tensor is used as it is).
+torch::Tensor host_copy(const torch::Tensor& t) {
+  return t.device().is_cpu() ? t.contiguous() : t.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+}
+
 // CRC32 (zlib) of a contiguous tensor's bytes.
 uint64_t crc32_of(const torch::Tensor& t) {
   const auto* bytes = static_cast<const Bytef*>(t.data_ptr());
@@ -230,13 +236,13 @@ std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedT
       c.resize(all.size(), 0);
       if (shape.empty()) {
         c[r] += 1;
-        if (int(r) == rank) (*items)[name].push_back({e[4].get<std::vector<int64_t>>(), tensors[i].local.contiguous(), 1});
+        if (int(r) == rank) (*items)[name].push_back({e[4].get<std::vector<int64_t>>(), host_copy(tensors[i].local), 1});
         continue;
       }
       const int64_t row_bytes = bytes / shape[0];
       const int64_t rows_per = (shape[0] + pieces - 1) / pieces;
       torch::Tensor data;
-      if (int(r) == rank) data = tensors[i].local.contiguous();
+      if (int(r) == rank) data = host_copy(tensors[i].local);
       for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
         const int64_t rows = std::min(rows_per, shape[0] - r0);
         const int64_t sub = rows_per_write(rows, row_bytes, write_chunk);

@@ -108,7 +108,7 @@ void load_optimizer(dist::ZeroAdamW& opt, const std::vector<model::ParamShard>& 
     for (int kind = 0; kind < 3; ++kind) {
       for (const Slab& s : slabs(map.at(i), state_of(sh, kind), sh.row_start)) {
         const std::string name = std::string("optimizer/") + kKinds[kind] + "/" + s.piece->logical;
-        torch::Tensor tmp = torch::empty(s.view.sizes(), s.view.options());
+        torch::Tensor tmp = torch::empty(s.view.sizes(), s.view.options().device(torch::kCPU));  // file reads land on the host
         reader.read_into(name, tmp, s.offset, s.piece->logical_shape);
         torch::Tensor view = s.view;
         view.copy_(tmp);

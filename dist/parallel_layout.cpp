@@ -57,9 +57,15 @@ ParallelLayout::ParallelLayout(MPI_Comm world, const LayoutSpec& spec, const std
   // Same dp_rank -> same TP group (ordered by tp_rank); same tp_rank -> same DP group.
   MPI_Comm_split(world, dp_rank, tp_rank, &tp_mpi_);
   MPI_Comm_split(world, tp_rank, dp_rank, &dp_mpi_);
-  tp_comm_ = make_communicator(backend, tp_mpi_, device_index);
-  dp_comm_ = make_communicator(backend, dp_mpi_, device_index);
-  world_comm_ = make_communicator(backend, world, device_index);
+  // NCCL for a group of one would only cost a communicator (and need NCCL in the build):
+  // the identity serves it, as the collectives of a group of one are.
+  auto make = [&](MPI_Comm c, int size) {
+    if (backend == "nccl" && size == 1) return make_self_communicator();
+    return make_communicator(backend, c, device_index);
+  };
+  tp_comm_ = make(tp_mpi_, grid_.tp);
+  dp_comm_ = make(dp_mpi_, grid_.dp);
+  world_comm_ = make(world, grid_.world);
 }
 
 ParallelLayout::~ParallelLayout() {

@@ -1,12 +1,11 @@
 // MPI runtime: init, rank discovery, guarded execution and job-wide abort.
 #include "dist/runtime.h"
 
-#include <torch/cuda.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/mpi_singleton.h"
 
@@ -78,13 +77,7 @@ Runtime::~Runtime() {
   if (owns_mpi_ && !finalized) MPI_Finalize();
 }
 
-std::string Runtime::device() const {
-  if (torch::cuda::is_available()) {
-    const auto n = static_cast<int>(torch::cuda::device_count());
-    return "cuda:" + std::to_string(local_rank_ % n);
-  }
-  return "cpu";
-}
+std::string Runtime::device() const { return choose_device("auto", local_rank_).device; }
 
 void Runtime::abort(int code, const std::string& message) const {
   if (job_size_ > 1) {

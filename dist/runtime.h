@@ -33,7 +33,8 @@ class Runtime {
   int thread_level() const { return thread_level_; }  // MPI_THREAD_* provided
   bool is_root() const { return world_rank_ == 0; }
 
-  // "cuda:<local_rank % devices>" when the LibTorch in use sees a CUDA device, else "cpu".
+  // What `--device auto` resolves to for this rank (dist::choose_device): "cuda:<local rank>"
+  // when this build has CUDA and the node a GPU for this local rank, else "cpu".
   std::string device() const;
 
   // Runs `body`. An exception ends the job: the message goes to stderr with the rank, and

@@ -152,23 +152,25 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
 
   // 2. Global norm: TP-sharded parts summed over TP and DP, TP-replicated parts over DP only
   // (per parameter, fp32 dot products accumulated in double).
-  double sharded = 0.0, replicated = 0.0;
+  // The sums stay on the device (one host read for the norm, not one per parameter).
+  const torch::Device dev = buckets_.empty() ? torch::Device(torch::kCPU) : buckets_.front().master.device();
+  torch::Tensor sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+  torch::Tensor sharded = sums.narrow(0, 0, 1), replicated = sums.narrow(0, 1, 1);
   const int me = dp_.rank();
   for (size_t k = 0; k < buckets_.size(); ++k) {
     for (const Slot& s : buckets_[k].slots) {
       const int64_t n = owned_rows(s, me) * s.row_numel;
       if (n == 0) continue;
       const torch::Tensor g = grads[k].narrow(0, s.offset, n);
-      const double sq = torch::dot(g, g).item<double>();
-      (params_[s.param].tp_replicated ? replicated : sharded) += sq;
+      (params_[s.param].tp_replicated ? replicated : sharded).add_(torch::dot(g, g).to(torch::kDouble));
     }
   }
-  torch::Tensor sums = torch::tensor({sharded, replicated}, torch::kDouble);
   if (dp_size > 1) dp_.all_reduce(sums, ReduceOp::Sum);
   torch::Tensor tp_part = sums.narrow(0, 0, 1).clone();
   if (tp_ && tp_->size() > 1) tp_->all_reduce(tp_part, ReduceOp::Sum);
+  const torch::Tensor host = torch::cat({tp_part, sums.narrow(0, 1, 1)}).to(torch::kCPU);
   StepResult result;
-  result.grad_norm = std::sqrt(tp_part.item<double>() + sums[1].item<double>());
+  result.grad_norm = std::sqrt(host[0].item<double>() + host[1].item<double>());
   if (!std::isfinite(result.grad_norm)) return result;  // every rank sees the same norm
 
   // 3. Clip and update the local shard (as torch.optim.AdamW: decoupled weight decay, then

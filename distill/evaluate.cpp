@@ -16,6 +16,7 @@
 #include "dist/communicator.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
+#include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
 #include "distill/kd_loss.h"
@@ -73,16 +74,21 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
   const auto t0 = std::chrono::steady_clock::now();
 
   // ---- model ------------------------------------------------------------------------------
+  const dist::DeviceChoice dev = dist::choose_device(cfg.device, cfg.local_rank);
+  const torch::Device device = dev.torch_device();
+  dist::apply_tf32_policy(dev);
   const std::string path = checkpoint::resolve_checkpoint(cfg.model);
   checkpoint::CheckpointReader reader(path);
   const model::ArchSpec spec = checkpoint::checkpoint_arch(reader);
   dist::ParallelLayout layout(world, {cfg.tp, 0, 0});
   if (const std::string why = model::tp_split_problem(spec, layout.tp_size()); !why.empty())
     throw InputError(path, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
-  const dist::DtypeChoice dt = dist::choose_dtype(cfg.dtype);
-  model::TpGroup tp{dist::make_mpi_communicator(layout.tp_mpi_comm())};
+  const dist::DtypeChoice dt = dist::choose_dtype(cfg.dtype, dev.cuda);
+  // TP collectives take the model's (device) tensors; DP sums are host doubles over MPI.
+  model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), dev)};
   model::CausalLM m(spec, tp, model::ModelOptions{checkpoint::parse_dtype(dt.dtype)});
   checkpoint::load_model(m, reader);
+  m->to(device);
   m->eval();
   std::optional<model::CausalLM> teacher;
   if (!cfg.teacher.empty()) {
@@ -96,6 +102,7 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
       throw InputError(tpath, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
     teacher.emplace(tspec, tp, model::ModelOptions{checkpoint::parse_dtype(dt.dtype)});
     checkpoint::load_model(*teacher, treader);
+    (*teacher)->to(device);
     (*teacher)->eval();
   }
   std::shared_ptr<const data::BpeTokenizer> tok;
@@ -114,6 +121,7 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
       } catch (const std::out_of_range&) {  // an id the tokenizer does not use
       }
     }
+    token_bytes = token_bytes.to(device);
   }
 
   // ---- data: the trainer's split and sample order -------------------------------------------
@@ -145,6 +153,8 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
                                                       std::to_string(vocab) + " (" + path + "): another tokenizer?");
     torch::Tensor weight = torch::zeros({cfg.micro_batch, 1}, torch::kDouble);
     for (int64_t r = 0; r < cfg.micro_batch; ++r) weight[r] = idx[static_cast<size_t>(r)] < total ? 1.0 : 0.0;
+    weight = weight.to(device);
+    ids = ids.to(device);
     torch::Tensor input = ids.narrow(1, 0, cfg.seq_len).contiguous();
     torch::Tensor labels = ids.narrow(1, 1, cfg.seq_len).contiguous();
     torch::Tensor local = m->logits_local(m->hidden_states(input));
@@ -191,11 +201,11 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
       const auto& ex = examples[i];
       std::vector<int64_t> full = ex.context;
       full.insert(full.end(), ex.target.begin(), ex.target.end() - 1);  // the last target token is not an input
-      torch::Tensor in = torch::tensor(full, torch::kInt64).view({1, -1});
+      torch::Tensor in = torch::tensor(full, torch::kInt64).view({1, -1}).to(device);
       const int64_t first = int64_t(ex.context.size()) - 1, n = int64_t(ex.target.size());
       torch::Tensor h = m->hidden_states(in).narrow(1, first, n);
       torch::Tensor pred = m->gather_logits(m->logits_local(h)).argmax(-1).view({-1});
-      lw_hits += pred.equal(torch::tensor(ex.target, torch::kInt64)) ? 1.0 : 0.0;
+      lw_hits += pred.to(torch::kCPU).equal(torch::tensor(ex.target, torch::kInt64)) ? 1.0 : 0.0;
       lw_scored += 1.0;
     }
   }
@@ -213,6 +223,8 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
   r.parameters = m->logical_parameter_count();
   r.dtype = dt.dtype;
   r.dtype_reason = dt.reason;
+  r.device = dev.device;
+  r.device_reason = dev.reason;
   r.tp = layout.tp_size();
   r.dp = dp;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

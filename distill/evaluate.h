@@ -27,6 +27,8 @@ struct EvalConfig {
   uint64_t seed = 1234;              // the trainer's seed: the same documents in the same split
   int tp = 1;                        // tensor-parallel size (DP = world / TP)
   std::string dtype = "auto";        // auto | bf16 | f32 (dist::choose_dtype)
+  std::string device = "auto";       // auto | cpu | cuda (dist::choose_device)
+  int local_rank = 0;                // node-local rank: which GPU
   // Optional: a teacher checkpoint of the same vocabulary. Adds the mean over target tokens of
   // KL(p_teacher || p_model) (nats), on the same samples.
   std::string teacher;
@@ -50,6 +52,7 @@ struct EvalResult {
   int64_t split_samples = 0;  // samples in one epoch of the split
   int64_t parameters = 0;
   std::string dtype, dtype_reason;
+  std::string device, device_reason;
   int tp = 1, dp = 1;
   double seconds = 0, tokens_per_second = 0;
   std::optional<double> bits_per_byte;       // with a tokenizer

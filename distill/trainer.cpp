@@ -37,6 +37,7 @@
 #include "model/arch_spec.h"
 #include "model/model.h"
 #include "dist/cpu_features.h"
+#include "dist/device.h"
 
 namespace fs = std::filesystem;
 
@@ -78,21 +79,28 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     throw InputError("--intermediate", "value", "\"" + cfg.intermediate + "\" is not none, cosine or mse");
   if (cfg.dtype == "f16" || cfg.dtype == "float16")
     throw InputError("--dtype", cfg.dtype, "float16 training needs loss scaling, which the trainer does not do: use bf16 or f32");
-  const dist::DtypeChoice dtype_choice = dist::choose_dtype(cfg.dtype);
+  // The device first: `--device cuda` where there is none stops every rank before any model.
+  const dist::DeviceChoice device_choice = dist::choose_device(cfg.device, cfg.local_rank);
+  const torch::Device device = device_choice.torch_device();
+  const bool tf32 = dist::apply_tf32_policy(device_choice);
+  const dist::DtypeChoice dtype_choice = dist::choose_dtype(cfg.dtype, device_choice.cuda);
   const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
   const double peak_flops = cfg.peak_flops;
   const int profile_threads = cfg.peak_threads;
 
   // ---- layout and models --------------------------------------------------------------
   model::ArchSpec spec = model::load_arch(cfg.student);
-  dist::ParallelLayout layout(world, {cfg.tp, 0, 0});
+  // Collectives on CUDA tensors go through NCCL, on CPU tensors through MPI.
+  dist::ParallelLayout layout(world, {cfg.tp, 0, 0}, device_choice.backend(), std::max(0, device_choice.index));
   if (const std::string why = model::tp_split_problem(spec, layout.tp_size()); !why.empty())
     throw InputError(cfg.student, "--tp " + std::to_string(layout.tp_size()), why);
   const bool root = layout.world_rank() == 0;
   const int dp_rank = layout.dp_rank(), dp = layout.dp_size();
-  model::TpGroup tp{dist::make_mpi_communicator(layout.tp_mpi_comm())};
+  model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), device_choice)};
   nlohmann::json layout_json = {{"world", layout.world_size()}, {"tp", layout.tp_size()}, {"dp", dp},
-                                {"dtype", dtype_choice.dtype}, {"dtype_reason", dtype_choice.reason}};
+                                {"dtype", dtype_choice.dtype}, {"dtype_reason", dtype_choice.reason},
+                                {"device", device_choice.device}, {"device_reason", device_choice.reason},
+                                {"backend", device_choice.backend()}, {"tf32", tf32}};
   if (on_layout) on_layout(layout_json);
 
   // Count live CPU tensor bytes from here on: each metrics line carries the largest rank's peak
@@ -113,6 +121,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                        std::to_string(spec.vocab_size) + " differs from the teacher's " +
                            std::to_string(teacher_spec.vocab_size) + " (" + teacher_path + ")");
     teacher.emplace(load_frozen_teacher(teacher_path, tp, dtype));
+    (*teacher)->to(device);
   }
 
   const std::string ckpt_dir = cfg.out + "/checkpoints";
@@ -129,13 +138,15 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   } else {
     student->init_weights(cfg.seed);
   }
+  // Built and initialised on the host (the same values on every device), then placed.
+  student->to(device);
   IntermediateLoss inter{nullptr};
   const bool use_inter = cfg.distill && cfg.intermediate != "none" && cfg.intermediate_weight > 0;
   if (use_inter) {
     torch::manual_seed(static_cast<uint64_t>(cfg.seed) + 17);  // same on every rank: replicated
     inter = IntermediateLoss(spec.hidden_size, teacher_spec.hidden_size,
                              cfg.intermediate == "mse" ? IntermediateLossImpl::Kind::Mse : IntermediateLossImpl::Kind::Cosine);
-    inter->to(torch::kFloat32);
+    inter->to(device, torch::kFloat32);
   }
 
   // ---- optimizer ----------------------------------------------------------------------
@@ -218,14 +229,14 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     // The loader hands on int32 ids (half the bytes of int64); index ops and losses want int64.
     torch::Tensor ids = torch::empty({cfg.micro_batch, cfg.seq_len + 1}, torch::kInt);
     batches.next(ids.data_ptr<int32_t>());
-    torch::Tensor all = ids.to(torch::kLong);
+    torch::Tensor all = ids.to(device, torch::kLong);
     torch::Tensor input = all.narrow(1, 0, cfg.seq_len).contiguous();
     torch::Tensor labels = all.narrow(1, 1, cfg.seq_len).reshape({-1}).contiguous();
     torch::Tensor hidden = student->hidden_states(input);
     torch::Tensor s_local = student->logits_local(hidden);
     const int64_t n = s_local.size(0) * s_local.size(1);
     s_local = s_local.reshape({n, s_local.size(2)});
-    torch::Tensor loss = torch::zeros({}, torch::kFloat32);
+    torch::Tensor loss = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
     if (kd_w > 0) {
       torch::Tensor t_hidden, t_local;
       {
@@ -290,8 +301,9 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   };
 
   auto dp_mean = [&](std::vector<double> v) {
-    torch::Tensor t = torch::tensor(v, torch::kDouble);
+    torch::Tensor t = torch::tensor(v, torch::kDouble).to(device);
     if (dp > 1) layout.dp().all_reduce(t, dist::ReduceOp::Avg);
+    t = t.to(torch::kCPU);
     for (size_t i = 0; i < v.size(); ++i) v[i] = t[static_cast<int64_t>(i)].item<double>();
     return v;
   };
@@ -325,6 +337,8 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     std::cout << (cfg.distill ? "distill" : "pretrain") << ": " << student->logical_parameter_count()
               << " student parameters, TP " << layout.tp_size() << " x DP " << dp << ", " << tokens_per_step
               << " tokens per step, steps " << step << " -> " << cfg.steps << "\n"
+              << "device: " << device_choice.device << " (" << device_choice.reason << "), collectives "
+              << device_choice.backend() << (device_choice.cuda ? (tf32 ? ", TF32 allowed" : ", TF32 off") : "") << "\n"
               << "dtype: " << dtype_choice.dtype << " (" << dtype_choice.reason << ")" << std::endl;
     if (!cfg.peak_note.empty()) std::cout << "MFU: " << cfg.peak_note << std::endl;
   }
@@ -348,11 +362,11 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   // profile measured with N threads (cost calibrate records them) counts once per N threads
   // in use over all ranks; one without a thread count is a whole node, shared by its ranks.
   double devices = layout.world_size();
-  if (!torch::cuda::is_available() && profile_threads > 0) {
+  if (!device_choice.cuda && profile_threads > 0) {
     int threads = at::get_num_threads();
     MPI_Allreduce(MPI_IN_PLACE, &threads, 1, MPI_INT, MPI_SUM, world);
     devices = double(threads) / double(profile_threads);
-  } else if (!torch::cuda::is_available()) {
+  } else if (!device_choice.cuda) {
     MPI_Comm node;
     MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     int local = 1;

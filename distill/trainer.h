@@ -29,6 +29,10 @@ struct TrainerConfig {
   // Parameter/activation dtype: auto | bf16 | f32 (master weights are fp32). auto: bf16 where
   // it is native (CUDA, AVX512_BF16/AMX CPUs), else f32 (dist::choose_dtype).
   std::string dtype = "auto";
+  // auto | cpu | cuda (dist::choose_device): the device of the models, batches, losses and
+  // ZeRO-1 shards; `local_rank` (node-local, from the launcher's runtime) picks the GPU.
+  std::string device = "auto";
+  int local_rank = 0;
   int tp = 1;
   // Data
   std::vector<std::string> data;  // PATH or WEIGHT:PATH (Megatron prefix or .h5 token store)

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/cpu_features.h"
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
@@ -73,7 +74,11 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   search::CalibrationOptions o;
   o.id = vm["id"].as<std::string>();
-  o.device = vm["device"].as<std::string>();
+  // The one resolver: `--device cuda` without a GPU is refused with the reason.
+  const dist::DeviceChoice dev = dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
+  dist::apply_tf32_policy(dev);
+  o.device = dev.cuda ? "cuda" : "cpu";
+  std::printf("device: %s (%s)\n", dev.device.c_str(), dev.reason.c_str());
   std::string dtype_reason;
   o.dtype = cost_dtype(vm["dtype"].as<std::string>(), &dtype_reason);
   o.quick = vm["quick"].as<bool>();
@@ -210,7 +215,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),
           "per-user cache of this machine's calibrated profiles")(
           "id", po::value<std::string>()->default_value("cpu-local"), "profile id")(
-          "device", po::value<std::string>()->default_value("cpu"), "cpu or cuda")(
+          "device", po::value<std::string>()->default_value("cpu"),
+          "cpu | cuda | auto (cuda when there is a GPU; default cpu: the cpu-local profile is this machine's CPU)")(
           "dtype", po::value<std::string>()->default_value("auto"),
           "auto (bf16 where the CPU has native bf16, else f32), bfloat16, float16 or float32")(
           "memory-bytes", po::value<double>()->default_value(0), "device memory (0: this machine's RAM for cpu)")(

@@ -45,6 +45,8 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
   c.seed = vm["seed"].as<uint64_t>();
   c.tp = vm["tp"].as<int>();
   c.dtype = vm["dtype"].as<std::string>();
+  c.device = vm["device"].as<std::string>();
+  c.local_rank = ctx.runtime.local_rank();
   if (vm.count("teacher")) {
     c.teacher = vm["teacher"].as<std::string>();
     if (!std::filesystem::exists(c.teacher)) throw InputError(c.teacher, "--teacher", "no such checkpoint");
@@ -80,6 +82,7 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
                             {"perplexity", r.perplexity},
                             {"accuracy", r.accuracy}, {"parameters", r.parameters},
                             {"dtype", r.dtype},       {"dtype_reason", r.dtype_reason},
+                            {"device", r.device},     {"device_reason", r.device_reason},
                             {"tp", r.tp},             {"dp", r.dp},
                             {"seconds", r.seconds},   {"tokens_per_second", r.tokens_per_second}};
   auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
@@ -132,6 +135,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "seed", po::value<uint64_t>()->default_value(t.seed), "split and order seed (the trainer's)")(
           "tp", po::value<int>()->default_value(1), "tensor-parallel size (DP = world / TP)")(
           "dtype", po::value<std::string>()->default_value("auto"), "compute dtype: auto | bf16 | f32")(
+          "device", po::value<std::string>()->default_value("auto"), "auto | cpu | cuda (auto: cuda:<local rank> when there is one)")(
           "teacher", po::value<std::string>()->value_name("CKPT"), "adds KL(teacher || model) per target token (same vocabulary)")(
           "tokenizer", po::value<std::string>()->value_name("FILE"),
           "tokenizer.json of the data (default: beside the checkpoint or in its hf/ folder): adds bits per byte and the "

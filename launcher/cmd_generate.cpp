@@ -14,6 +14,7 @@
 #include "data/bpe_tokenizer.h"
 #include "dist/communicator.h"
 #include "dist/cpu_features.h"
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
@@ -77,11 +78,14 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
   if (tok->vocab_size() > spec.vocab_size)
     throw InputError(tok_path, "model.vocab", "has " + std::to_string(tok->vocab_size()) + " ids, the model " + path +
                                                   " only " + std::to_string(spec.vocab_size));
-  const dist::DtypeChoice dt = dist::choose_dtype(vm["dtype"].as<std::string>());
+  const dist::DeviceChoice dev = dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
+  dist::apply_tf32_policy(dev);
+  const dist::DtypeChoice dt = dist::choose_dtype(vm["dtype"].as<std::string>(), dev.cuda);
   // Every rank runs the whole model (generation is one sequence; TP decode is not worth it here).
   model::CausalLM m(spec, model::TpGroup{dist::make_self_communicator()},
                     model::ModelOptions{checkpoint::parse_dtype(dt.dtype)});
   checkpoint::load_model(m, reader);
+  m->to(dev.torch_device());
   m->eval();
 
   model::SamplingOptions o;
@@ -120,6 +124,8 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
                       {"top_p", o.top_p},
                       {"seed", o.seed},
                       {"dtype", dt.dtype},
+                      {"device", dev.device},
+                      {"device_reason", dev.reason},
                       {"prefill_seconds", r.prefill_seconds},
                       {"decode_tokens_per_second", decode_tps}};
   if (vm.count("out")) write_json_atomic(vm["out"].as<std::string>(), j, 1);  // the same object as a file
@@ -151,6 +157,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "top-p", po::value<double>()->default_value(1.0), "nucleus sampling mass")(
           "seed", po::value<uint64_t>()->default_value(0), "sampling seed")(
           "dtype", po::value<std::string>()->default_value("auto"), "compute dtype: auto | bf16 | f32")(
+          "device", po::value<std::string>()->default_value("auto"), "auto | cpu | cuda (auto: cuda:<local rank> when there is one)")(
           "json", po::bool_switch(), "print one JSON object (ids, text, timings) instead of the text")(
           "out", po::value<std::string>()->value_name("FILE"), "also write that JSON object to FILE");
     },

@@ -14,6 +14,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "dist/cpu_features.h"
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/progress.h"
 #include "dist/runtime.h"
@@ -41,6 +42,8 @@ void add_calibration_options(po::options_description& d) {
   o("seed", po::value<uint64_t>()->default_value(c.seed), "sample order seed");
   o("dtype", po::value<std::string>()->default_value(c.dtype),
     "compute dtype: auto (bf16 where the device has native bf16, else f32) | bf16 | f32");
+  o("device", po::value<std::string>()->default_value(c.device),
+    "auto | cpu | cuda (auto: cuda:<local rank> when this build and node have one)");
 }
 
 search::ImportanceOptions read_options(const po::variables_map& vm) {
@@ -54,6 +57,7 @@ search::ImportanceOptions read_options(const po::variables_map& vm) {
   c.tp = vm["tp"].as<int>();
   c.seed = vm["seed"].as<uint64_t>();
   c.dtype = vm["dtype"].as<std::string>();
+  c.device = vm["device"].as<std::string>();
   return c;
 }
 
@@ -78,11 +82,14 @@ int run_importance(const po::variables_map& vm, RunContext& ctx) {
               << std::setprecision(2) << rate << " samples/s, " << std::setprecision(0) << rate * double(tokens_per_sample)
               << " tokens/s, ETA " << format_duration(rate > 0 ? double(total - done) / rate : -1.0) << std::endl;
   };
-  const auto choice = dist::choose_dtype(c.dtype);
+  c.local_rank = ctx.runtime.local_rank();
+  const auto device = dist::choose_device(c.device, c.local_rank);  // refuses cuda without one, on every rank
+  const auto choice = dist::choose_dtype(c.dtype, device.cuda);
   if (root)
     std::cout << "importance: teacher " << c.teacher << ", " << c.calib_samples << " samples x " << c.seq_len
               << " tokens, TP " << c.tp << " x DP " << ctx.runtime.world_size() / std::max(1, c.tp) << ", dtype "
-              << choice.dtype << " (" << choice.reason << "), depth loss "
+              << choice.dtype << " (" << choice.reason << "), device " << device.device << " (" << device.reason
+              << "), depth loss "
               << (c.depth_loss ? (c.depth_loss_samples > 0 ? std::to_string(c.depth_loss_samples) + " samples" : "all samples")
                                : "off")
               << std::endl;
@@ -109,6 +116,7 @@ int run_importance(const po::variables_map& vm, RunContext& ctx) {
 
 int run_bench_importance(const po::variables_map& vm, RunContext& ctx) {
   search::ImportanceOptions c = read_options(vm);
+  c.local_rank = ctx.runtime.local_rank();
   const int repeats = vm["repeats"].as<int>();
   if (repeats < 1) throw InputError("command line", "--repeats", "must be >= 1");
   const search::ImportanceBench b = search::bench_importance(c, ctx.runtime.world(), repeats);

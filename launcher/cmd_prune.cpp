@@ -72,6 +72,8 @@ int run_minitron(const po::variables_map& vm, RunContext& ctx) {
   take("skip", o.skip_axes);
   take("tp", o.tp);
   take("dtype", o.dtype);
+  take("device", o.device);
+  o.local_rank = ctx.runtime.local_rank();
   o.scores_source = o.importance.empty() ? "neutral scores (--check)" : o.importance;
   const search::ImportanceScores scores = teacher_scores(o.teacher, o.importance);
   const auto r = search::run_minitron(o, scores, ctx.runtime.world(),
@@ -119,7 +121,9 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "skip", po::value<std::vector<std::string>>()->multitoken(),
           "axes held at the teacher's value: hidden attn_heads ffn mamba_heads mamba_head_dim experts expert_ffn shared_ffn layers")(
           "tp", po::value<int>()->default_value(c.tp), "tensor-parallel size for scoring and the final prune")(
-          "dtype", po::value<std::string>()->default_value(c.dtype), "scoring compute dtype: auto | bf16 | f32");
+          "dtype", po::value<std::string>()->default_value(c.dtype), "scoring compute dtype: auto | bf16 | f32")(
+          "device", po::value<std::string>()->default_value(c.device),
+          "scoring device: auto | cpu | cuda (auto: cuda:<local rank> when there is one)");
     },
     run_minitron}));
 

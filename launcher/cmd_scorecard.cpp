@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/omp_env.h"
 #include "dist/runtime.h"
@@ -52,6 +53,8 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
                            std::to_string(cands[0].spec.vocab_size) +
                            ": every candidate is driven by the same token ids, so they need one vocabulary");
 
+  // The eval's device, resolved before any model: `--device cuda` without one is refused here.
+  (void)dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
   search::ScorecardOptions o;
   o.dtype = cost_dtype(vm["dtype"].as<std::string>());
   if (o.dtype == "float16") throw InputError("command line", "--dtype", "f16 is not measured on the CPU: auto, bf16 or f32");
@@ -125,6 +128,8 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
       e.samples = vm["eval-samples"].as<int64_t>();
       e.seed = vm["eval-seed"].as<uint64_t>();
       e.dtype = vm["dtype"].as<std::string>();
+      e.device = vm["device"].as<std::string>();
+      e.local_rank = ctx.runtime.local_rank();
       e.tokenizer = vm.count("tokenizer") ? vm["tokenizer"].as<std::string>() : tokenizer_beside(c.label);
       e.last_word_docs = vm["last-word-docs"].as<int64_t>();
       if (vm.count("teacher")) e.teacher = vm["teacher"].as<std::string>();
@@ -181,6 +186,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "seed", po::value<uint64_t>()->default_value(1234), "prompt ids (and random weights of architecture candidates)")(
           "dtype", po::value<std::string>()->default_value("auto"), "compute dtype: auto | bf16 | f32")(
           "threads", po::value<int>()->default_value(1), "LibTorch intra-op threads (cpu-local is calibrated at the same)")(
+          "device", po::value<std::string>()->default_value("auto"),
+          "device of the quality eval: auto | cpu | cuda (the serving measurement is this machine's CPU)")(
           "data", po::value<std::vector<std::string>>()->multitoken()->value_name("[W:]PREFIX"),
           "tokenized corpus: adds eval's quality column (checkpoints only)")(
           "split", po::value<std::string>()->default_value(t.split), "train,calibration,eval document fractions (as eval)")(

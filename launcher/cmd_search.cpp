@@ -76,6 +76,8 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   take("seed", o.seed);
   take("tp", o.tp);
   take("dtype", o.dtype);
+  take("device", o.device);
+  o.local_rank = ctx.runtime.local_rank();
   take("lr", o.lr);
   take("tau-start", o.tau_start);
   take("tau-end", o.tau_end);
@@ -147,6 +149,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "seed", po::value<uint64_t>()->default_value(c.seed), "data order and Gumbel noise seed")(
           "tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (world = tp x dp)")(
           "dtype", po::value<std::string>()->default_value(c.dtype), "compute dtype: auto | bf16 | f32")(
+          "device", po::value<std::string>()->default_value(c.device),
+          "auto | cpu | cuda: the teacher and its masks (auto: cuda:<local rank> when there is one)")(
           "lr", po::value<double>()->default_value(c.lr), "Adam learning rate of the architecture logits (--cost-only: 0.05)")(
           "tau-start", po::value<double>()->default_value(c.tau_start), "Gumbel-softmax temperature at the first step")(
           "tau-end", po::value<double>()->default_value(c.tau_end), "... at the last step (exponential decay)")(

@@ -30,6 +30,9 @@ void add_common_options(po::options_description& d, bool distill) {
   o("tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (DP = world / TP)");
   o("dtype", po::value<std::string>()->default_value(c.dtype), "parameter dtype: auto | bf16 | f32 (fp32 master weights; auto: bf16 on CUDA and on CPUs with "
     "AVX512_BF16/AMX, else f32)");
+  o("device", po::value<std::string>()->default_value(c.device),
+    "auto | cpu | cuda: models, batches, KD loss and ZeRO-1 shards on cuda:<local rank> (NCCL collectives) or "
+    "the CPU (MPI); auto: cuda when this build and node have a GPU per local rank");
   o("steps", po::value<int64_t>()->default_value(c.steps), "optimizer steps in total");
   o("lr", po::value<double>()->default_value(c.lr), "peak learning rate");
   o("min-lr", po::value<double>()->default_value(c.min_lr), "learning rate at the end of the cosine decay");
@@ -83,6 +86,8 @@ int run(const po::variables_map& vm, RunContext& ctx, bool distill) {
   take(vm, "seed", c.seed);
   take(vm, "tp", c.tp);
   take(vm, "dtype", c.dtype);
+  take(vm, "device", c.device);
+  c.local_rank = ctx.runtime.local_rank();
   take(vm, "steps", c.steps);
   take(vm, "lr", c.lr);
   take(vm, "min-lr", c.min_lr);

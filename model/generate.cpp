@@ -12,8 +12,17 @@
 
 namespace ac::model {
 
+namespace {
+// The device the model's weights are on: inputs go there, sampled ids come back to the host.
+torch::Device device_of(CausalLM& model) {
+  for (const auto& p : model->parameters()) return p.device();
+  return torch::Device(torch::kCPU);
+}
+}  // namespace
+
 int64_t pick_token(const torch::Tensor& logits, const SamplingOptions& o, at::Generator& generator) {
-  torch::Tensor row = logits.to(torch::kFloat32).reshape({-1});
+  // Sampling runs on the host with the CPU generator: the same ids whatever the model's device.
+  torch::Tensor row = logits.to(torch::kCPU, torch::kFloat32).reshape({-1});
   if (o.temperature <= 0) return row.argmax().item<int64_t>();
   torch::Tensor probs = torch::softmax(row / o.temperature, 0);
   if (o.top_p < 1.0) {
@@ -42,7 +51,8 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
   GenerationResult r;
   InferenceCache cache = model->new_cache();
   auto t0 = clock::now();
-  torch::Tensor logits = model->forward(torch::tensor(prompt, torch::kInt64).view({1, -1}), &cache);
+  const torch::Device dev = device_of(model);
+  torch::Tensor logits = model->forward(torch::tensor(prompt, torch::kInt64).view({1, -1}).to(dev), &cache);
   auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
@@ -54,7 +64,7 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
       break;
     }
     if (i + 1 == o.max_new_tokens) break;
-    logits = model->forward(torch::full({1, 1}, next, torch::kInt64), &cache);
+    logits = model->forward(torch::full({1, 1}, next, torch::TensorOptions().dtype(torch::kInt64).device(dev)), &cache);
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return r;
@@ -111,6 +121,7 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
     if (p.empty() || p.size() != prompts[0].size())
       throw std::invalid_argument("generate_static_batch: prompts must be non-empty and of one length");
   torch::NoGradGuard ng;
+  const torch::Device dev = device_of(model);
   BatchTimings r;
   r.ids.resize(n);
   r.queue_s.resize(n);
@@ -119,7 +130,7 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
   auto next_tokens = [&](const torch::Tensor& hidden) {
     const int64_t T = hidden.size(1);
     torch::Tensor logits = model->gather_logits(model->logits_local(hidden.narrow(1, T - 1, 1)));
-    torch::Tensor ids = logits.squeeze(1).argmax(-1).to(torch::kInt64).contiguous();
+    torch::Tensor ids = logits.squeeze(1).argmax(-1).to(torch::kCPU, torch::kInt64).contiguous();
     return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
   };
   const double t0 = now();
@@ -128,7 +139,7 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
     const double a = now();
     r.queue_s[i] = secs(t0, a);
     caches[i] = model->new_cache();
-    torch::Tensor h = model->hidden_states(torch::tensor(prompts[i], torch::kInt64).view({1, -1}), &caches[i]);
+    torch::Tensor h = model->hidden_states(torch::tensor(prompts[i], torch::kInt64).view({1, -1}).to(dev), &caches[i]);
     r.ids[i].push_back(next_tokens(h)[0]);
     r.ttft_s[i] = secs(a, now());
   }
@@ -144,7 +155,7 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
     std::vector<int64_t> last;
     for (int64_t i : live) last.push_back(r.ids[size_t(i)].back());
     const double a = now();
-    torch::Tensor h = model->hidden_states(torch::tensor(last, torch::kInt64).view({-1, 1}), &cache);
+    torch::Tensor h = model->hidden_states(torch::tensor(last, torch::kInt64).view({-1, 1}).to(dev), &cache);
     const std::vector<int64_t> next = next_tokens(h);
     std::vector<int64_t> keep_rows, still;
     for (size_t k = 0; k < live.size(); ++k) {

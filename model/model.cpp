@@ -196,7 +196,7 @@ void CausalLMImpl::load(const std::function<torch::Tensor(const ShardPiece&)>& r
       auto shape = p->sizes().vec();
       shape[0] = s.pad_rows;
       auto pad = torch::zeros(shape, p->options());
-      v = v.defined() ? torch::cat({v.to(p->scalar_type()), pad}, 0) : pad;
+      v = v.defined() ? torch::cat({v.to(p->device(), p->scalar_type()), pad}, 0) : pad;
     }
     TORCH_CHECK(v.sizes() == p->sizes(), "parameter ", s.param, " has local shape ", p->sizes(),
                 " but its shard map yields ", v.sizes());

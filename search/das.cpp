@@ -21,6 +21,7 @@
 #include "data/sampler.h"
 #include "data/token_source.h"
 #include "dist/cpu_features.h"
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/parallel_layout.h"
 #include "dist/progress.h"
@@ -793,7 +794,11 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   if (!(o.tau_start > 0 && o.tau_end > 0)) throw InputError("--tau-start/--tau-end", "value", "must be positive");
   if (o.hard_prob < 0 || o.hard_prob > 1) throw InputError("--hard-prob", fmt(o.hard_prob), "must be in [0, 1]");
   if (o.warmup < 0 || o.warmup > 1) throw InputError("--budget-warmup", fmt(o.warmup), "must be in [0, 1]");
-  const dist::DtypeChoice dtype_choice = dist::choose_dtype(o.dtype);
+  // The device first: `--device cuda` without one stops every rank before any model.
+  const dist::DeviceChoice device_choice = dist::choose_device(o.device, o.local_rank);
+  const torch::Device dev = device_choice.torch_device();
+  dist::apply_tf32_policy(device_choice);
+  const dist::DtypeChoice dtype_choice = dist::choose_dtype(o.dtype, device_choice.cuda);
   const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
 
   // ---- teacher, target, space, budgets: every check before any forward
@@ -844,11 +849,16 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const bool root = layout.world_rank() == 0;
   const int dp = layout.dp_size(), dp_rank = layout.dp_rank(), tp_rank = layout.tp_rank(), tp_size = layout.tp_size();
   json layout_json = {{"world", layout.world_size()}, {"tp", tp_size}, {"dp", dp}, {"dtype", dtype_choice.dtype},
-                      {"dtype_reason", dtype_choice.reason}};
+                      {"dtype_reason", dtype_choice.reason}, {"device", device_choice.device},
+                      {"device_reason", device_choice.reason}};
   if (on_layout) on_layout(layout_json);
-  model::TpGroup tp{dist::make_mpi_communicator(layout.tp_mpi_comm())};
+  // The teacher's TP collectives take device tensors; the router's (host, float64) go over MPI.
+  model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), device_choice)};
   model::CausalLM teacher{nullptr};  // cost only: no weights
-  if (!o.cost_only) teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
+  if (!o.cost_only) {
+    teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
+    teacher->to(dev);
+  }
 
   // ---- parameters
   const size_t D = space.decisions.size();
@@ -954,7 +964,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     masks.mixer.assign(L, {});
     masks.channel.assign(L, {});
     masks.hidden = torch::Tensor();
-    auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]); };
+    // Masks go to the model's device; their gradient flows back to the host logits.
+    auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
     if (space.hidden >= 0) masks.hidden = unit_mask(space.hidden);
     for (size_t l = 0; l < L; ++l) {
       if (space.attn[l] >= 0) {
@@ -966,8 +977,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
         const int64_t fl = teacher_spec.layers[l].mlp->ffn_size / tp_size;
         masks.ffn[l] = unit_mask(space.ffn[l]).narrow(0, tp_rank * fl, fl);
       }
-      if (space.mamba[l] >= 0) masks.mixer[l] = y[size_t(space.mamba[l])][1].to(torch::kFloat32);
-      if (space.moe[l] >= 0) masks.channel[l] = y[size_t(space.moe[l])][1].to(torch::kFloat32);
+      if (space.mamba[l] >= 0) masks.mixer[l] = y[size_t(space.mamba[l])][1].to(dev, torch::kFloat32);
+      if (space.moe[l] >= 0) masks.channel[l] = y[size_t(space.moe[l])][1].to(dev, torch::kFloat32);
     }
   };
 
@@ -1038,7 +1049,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       // The batch, the teacher's logits, the masked teacher's.
       torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
       loader->next(ids.data_ptr<int32_t>());
-      torch::Tensor input = ids.to(torch::kLong).narrow(1, 0, o.seq_len).contiguous();
+      torch::Tensor input = ids.to(dev, torch::kLong).narrow(1, 0, o.seq_len).contiguous();
       torch::Tensor t_local;
       {
         torch::NoGradGuard ng;
@@ -1198,7 +1209,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     for (int64_t b = 0; b < o.score_batches; ++b) {
       torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
       cal_loader.next(ids.data_ptr<int32_t>());
-      torch::Tensor input = ids.to(torch::kLong).narrow(1, 0, o.seq_len).contiguous();
+      torch::Tensor input = ids.to(dev, torch::kLong).narrow(1, 0, o.seq_len).contiguous();
       torch::Tensor tl = teacher->logits_local(teacher->hidden_states(input));
       tl = tl.reshape({-1, tl.size(-1)});
       for (size_t c = 0; c < res.candidates.size(); ++c) {

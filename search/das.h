@@ -183,6 +183,8 @@ struct DasOptions {
   uint64_t seed = 1234;
   int tp = 1;
   std::string dtype = "auto";
+  std::string device = "auto";  // auto | cpu | cuda: the teacher and its masks (router state stays on the host)
+  int local_rank = 0;           // node-local rank: which GPU
   // Optimisation (docs/search.md says why these defaults).
   double lr = 0.1;                       // Adam on the architecture logits
   double tau_start = 1.0, tau_end = 0.1; // Gumbel-softmax temperature, exponential decay

@@ -23,6 +23,7 @@
 #include "data/sampler.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
+#include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
 #include "model/model.h"
@@ -314,8 +315,12 @@ class Collector : public model::ActivationObserver {
     int64_t attn_off = 0, mlp_off = 0, mamba_off = 0, shared_off = 0;  // this rank's slice starts
   };
 
-  Collector(const model::ArchSpec& spec, int tp_rank, int tp_size) : spec_(spec), replicated_(tp_rank == 0) {
-    auto zeros = [](std::vector<int64_t> shape) { return torch::zeros(shape, torch::kDouble); };
+  // The sums live on the model's device; they come to the host once, for the world reduction.
+  Collector(const model::ArchSpec& spec, int tp_rank, int tp_size, torch::Device device)
+      : spec_(spec), replicated_(tp_rank == 0) {
+    auto zeros = [device](std::vector<int64_t> shape) {
+      return torch::zeros(shape, torch::TensorOptions().dtype(torch::kDouble).device(device));
+    };
     const int64_t H = spec.hidden_size;
     for (const auto& l : spec.layers) {
       Layer a;
@@ -379,7 +384,7 @@ class Collector : public model::ActivationObserver {
     // Per sample, the mean over the tokens of that sample routed to this expert (samples
     // with none add nothing): the dense estimator restricted to the expert's tokens.
     const auto sample = rows.div(seq_, "floor");
-    auto sums = torch::zeros({batch_, down_input.size(1)}, torch::kDouble);
+    auto sums = torch::zeros({batch_, down_input.size(1)}, down_input.options().dtype(torch::kDouble));
     sums.index_add_(0, sample, down_input.to(torch::kFloat).abs().to(torch::kDouble));
     const auto counts = torch::bincount(sample, {}, batch_).to(torch::kDouble).clamp_min(1.0).unsqueeze(1);
     l.expert_neurons[e] += (sums / counts).square().sum(0);
@@ -417,6 +422,7 @@ struct Calibration {
   std::shared_ptr<data::BlendedSampler> sampler;
   torch::Dtype dtype = torch::kFloat32;
   dist::DtypeChoice dtype_choice;
+  dist::DeviceChoice device_choice;
   std::string fingerprint;
 
   Calibration(const ImportanceOptions& o, MPI_Comm world) : opt(o) {
@@ -426,7 +432,9 @@ struct Calibration {
     if (o.seq_len <= 0) throw InputError("--seq-len", "value", "must be positive");
     if (o.micro_batch <= 0) throw InputError("--micro-batch", "value", "must be positive");
     if (o.depth_loss_samples < 0) throw InputError("--depth-loss-samples", "value", "must be >= 0");
-    dtype_choice = dist::choose_dtype(o.dtype);
+    device_choice = dist::choose_device(o.device, o.local_rank);
+    dist::apply_tf32_policy(device_choice);
+    dtype_choice = dist::choose_dtype(o.dtype, device_choice.cuda);
     dtype = checkpoint::parse_dtype(dtype_choice.dtype);
     path = checkpoint::resolve_checkpoint(o.teacher);
     checkpoint::CheckpointReader reader(path);
@@ -438,9 +446,10 @@ struct Calibration {
     for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
     sampler = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split),
                                                      data::Split::Calibration);
-    tp = model::TpGroup{dist::make_mpi_communicator(layout->tp_mpi_comm())};
+    tp = model::TpGroup{dist::make_device_communicator(layout->tp_mpi_comm(), device_choice)};
     teacher = model::CausalLM(spec, tp, model::ModelOptions{dtype});
     checkpoint::load_model(teacher, reader);
+    teacher->to(device_choice.torch_device());
     teacher->eval();
     for (auto& p : teacher->parameters()) p.requires_grad_(false);
     // Metadata only for checkpoints with checksums; rank 0 reads, everyone gets the same text.
@@ -471,7 +480,7 @@ struct Calibration {
                              " hold token id " + std::to_string(lo < 0 ? lo : hi) + ", outside the teacher's vocabulary of " +
                              std::to_string(spec.vocab_size) + " (" + path + "): data tokenized for another model?");
     }
-    return ids.to(torch::kLong);
+    return ids.to(device_choice.torch_device(), torch::kLong);
   }
 
   // Summed next-token loss of the final hidden stream x [B, T, hidden].
@@ -545,7 +554,7 @@ void collect_batch(Calibration& c, Collector& col, const torch::Tensor& ids, int
 }
 
 std::vector<double> to_vector(const torch::Tensor& t) {
-  const auto c = t.contiguous().to(torch::kDouble);
+  const auto c = t.to(torch::kCPU, torch::kDouble).contiguous();
   return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
 }
 
@@ -558,7 +567,7 @@ ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm w
   const int64_t depth_n = !options.depth_loss ? 0
                           : options.depth_loss_samples > 0 ? std::min(options.depth_loss_samples, N)
                                                            : N;
-  Collector col(c.spec, c.layout->tp_rank(), c.layout->tp_size());
+  Collector col(c.spec, c.layout->tp_rank(), c.layout->tp_size(), c.device_choice.torch_device());
   Totals tot;
   tot.one_minus_cos.assign(size_t(L), 0.0);
   tot.skip_loss_sum.assign(size_t(L), 0.0);
@@ -586,7 +595,7 @@ ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm w
   if (!rep) std::fill(scalars.begin(), scalars.end(), 0.0);
   parts.push_back(torch::tensor(scalars, torch::kDouble));
   std::vector<torch::Tensor> flat_parts;
-  for (auto& p : parts) flat_parts.push_back(p.reshape({-1}));
+  for (auto& p : parts) flat_parts.push_back(p.reshape({-1}).to(torch::kCPU));  // host doubles over MPI
   torch::Tensor flat = torch::cat(flat_parts).contiguous();
   MPI_Allreduce(MPI_IN_PLACE, flat.data_ptr<double>(), int(flat.numel()), MPI_DOUBLE, MPI_SUM, world);
   {
@@ -612,7 +621,7 @@ ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm w
   const double tokens = double(N) * double(T);
   out.base_loss = sc[size_t(2 * L)] / tokens;
   const double base_depth = depth_n > 0 ? sc[size_t(2 * L + 1)] / (double(depth_n) * double(T)) : 0.0;
-  torch::Tensor hidden = torch::zeros({c.spec.hidden_size}, torch::kDouble);
+  torch::Tensor hidden = torch::zeros({c.spec.hidden_size}, torch::TensorOptions().dtype(torch::kDouble).device(c.device_choice.torch_device()));
   out.layers.resize(size_t(L));
   for (int64_t i = 0; i < L; ++i) {
     const auto& ls = c.spec.layers[size_t(i)];
@@ -669,7 +678,7 @@ ImportanceBench bench_importance(const ImportanceOptions& options, MPI_Comm worl
       if (b.size(0) > 0) c.plain_forward(b);
   };
   auto collect = [&](bool depth) {
-    Collector col(c.spec, c.layout->tp_rank(), c.layout->tp_size());
+    Collector col(c.spec, c.layout->tp_rank(), c.layout->tp_size(), c.device_choice.torch_device());
     Totals t;
     t.one_minus_cos.assign(size_t(L), 0.0);
     t.skip_loss_sum.assign(size_t(L), 0.0);

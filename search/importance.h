@@ -88,6 +88,8 @@ struct ImportanceOptions {
   bool depth_loss = true;           // also the one-layer-skipped losses (one forward per layer)
   int64_t depth_loss_samples = 0;   // of the calibration samples, the first N get them (0: all)
   std::string dtype = "auto";       // compute dtype: auto | bf16 | f32
+  std::string device = "auto";      // auto | cpu | cuda (dist::choose_device)
+  int local_rank = 0;               // node-local rank: which GPU
   std::string split = "98,1,1";     // train,calibration,eval document fractions; samples come from calibration
   // Called on every rank after each global micro-batch (the launcher prints rate and ETA).
   std::function<void(int64_t samples_done, int64_t samples_total, double seconds)> on_progress;

@@ -26,6 +26,7 @@
 #include "dist/communicator.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
+#include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
 #include "model/model.h"
@@ -434,7 +435,9 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
     }
     return res;
   }
-  const torch::Dtype dtype = checkpoint::parse_dtype(dist::choose_dtype(o.dtype).dtype);
+  const dist::DeviceChoice device = dist::choose_device(o.device, o.local_rank);  // before any model
+  dist::apply_tf32_policy(device);
+  const torch::Dtype dtype = checkpoint::parse_dtype(dist::choose_dtype(o.dtype, device.cuda).dtype);
 
   // Data and layout (the data is checked before anything is written).
   std::vector<data::BlendEntry> entries;
@@ -444,7 +447,9 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
   dist::ParallelLayout layout(world, {o.tp, 0, 0});
   const int64_t per_step = o.micro_batch * layout.dp_size();
   const int64_t steps = (o.score_samples + per_step - 1) / per_step;
-  if (on_layout) on_layout({{"world_size", layout.world_size()}, {"tp", layout.tp_size()}, {"dp", layout.dp_size()}});
+  if (on_layout)
+    on_layout({{"world_size", layout.world_size()}, {"tp", layout.tp_size()}, {"dp", layout.dp_size()},
+               {"device", device.device}, {"device_reason", device.reason}});
   const int n = std::min<int>(o.top_k, int(g.feasible.size()));
   if (root) {
     std::cout << "[minitron] teacher " << teacher_path << " (" << count_text(double(model::count_params(teacher).total()))
@@ -457,23 +462,24 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
     std::cout << "\n[minitron] grid " << g.grid_size << ", valid " << g.valid << ", within budget " << g.feasible.size()
               << "; scoring the " << n << " largest on " << steps * per_step << " calibration sequences of " << o.seq_len
               << " tokens at TP " << layout.tp_size() << " x DP " << layout.dp_size() << " ("
-              << checkpoint::dtype_name(dtype) << ")" << std::endl;
+              << checkpoint::dtype_name(dtype) << ", " << device.device << ": " << device.reason << ")" << std::endl;
   }
 
-  auto tp_comm = dist::make_mpi_communicator(layout.tp_mpi_comm());
+  auto tp_comm = dist::make_device_communicator(layout.tp_mpi_comm(), device);
   const auto t0 = clock::now();
   for (int k = 0; k < n; ++k) {
     MinitronCandidate& cand = g.feasible[size_t(k)];
     const PrunePlan plan = plan_prune(teacher, cand.spec, scores, "candidate " + std::to_string(k), o.scores_source);
     model::CausalLM m(plan.student, model::TpGroup{tp_comm}, model::ModelOptions{dtype});
     load_pruned(*m, *reader, plan);
+    m->to(device.torch_device());
     data::DataLoader loader(sampler, {o.micro_batch, layout.dp_rank(), layout.dp_size()}, data::DataCursor::start(*sampler));
     torch::NoGradGuard ng;
     double sum = 0, tokens = 0;
     for (int64_t s = 0; s < steps; ++s) {
       torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
       loader.next(ids.data_ptr<int32_t>());
-      torch::Tensor all = ids.to(torch::kLong);
+      torch::Tensor all = ids.to(device.torch_device(), torch::kLong);
       torch::Tensor input = all.narrow(1, 0, o.seq_len).contiguous();
       torch::Tensor labels = all.narrow(1, 1, o.seq_len).reshape({-1}).contiguous();
       torch::Tensor local = m->logits_local(m->hidden_states(input));

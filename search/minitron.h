@@ -104,6 +104,8 @@ struct MinitronOptions {
   std::vector<std::string> skip_axes;
   int tp = 1;
   std::string dtype = "auto";
+  std::string device = "auto";  // auto | cpu | cuda: where candidates are scored (dist::choose_device)
+  int local_rank = 0;           // node-local rank: which GPU
   std::string scores_source = "importance";  // names the scores in messages
   // Check only: the teacher (a checkpoint, or an ArchSpec JSON / config.json), the target and
   // that some grid candidate meets every budget, then return before any data is read.
