@@ -66,10 +66,10 @@ Runtime::Runtime(SelfView, const Runtime& job)
     : world_size_(1),
       local_rank_(job.local_rank_),
       local_size_(job.local_size_),
-      local_rank_source_(job.local_rank_source_),
       thread_level_(job.thread_level_),
       world_(MPI_COMM_SELF),
-      job_size_(job.job_size_) {}
+      job_size_(job.job_size_),
+      local_rank_source_(job.local_rank_source_) {}
 
 Runtime::~Runtime() {
   int finalized = 0;

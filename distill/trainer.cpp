@@ -105,8 +105,10 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
 
   // Count live CPU tensor bytes from here on: each metrics line carries the largest rank's peak
   // in its interval (steps, and any eval or checkpoint save since the line before), which
-  // `autocompress plan` predicts for the steps (tests/distill/test_memory_vs_plan.sh).
-  dist::tensor_memory::install();
+  // `autocompress plan` predicts for the steps (tests/distill/test_memory_vs_plan.sh). On a
+  // CUDA device the CPU count says nothing about the device's memory: not reported there.
+  const bool count_memory = !device_choice.cuda;
+  if (count_memory) dist::tensor_memory::install();
   std::optional<model::CausalLM> teacher;
   model::ArchSpec teacher_spec;
   std::string teacher_path;
@@ -435,7 +437,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
       const double eta = dt / double(interval_steps) * double(cfg.steps - step);
       const double mfu = peak_flops > 0 ? tok_s * flops_per_token / (peak_flops * devices) : 0.0;
       const double n = double(interval_steps);
-      const int64_t peak_bytes = peak_over_ranks();  // every rank: a collective
+      const int64_t peak_bytes = count_memory ? peak_over_ranks() : 0;  // every rank: a collective
       if (root) {
         nlohmann::json line = {{"step", step},        {"loss", interval.total / n}, {"lr", lr},
                                {"grad_norm", last_norm}, {"tokens", tokens_seen},   {"tokens_per_s", tok_s},
@@ -444,7 +446,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
         if (ce_w > 0) line["ce_loss"] = interval.ce / n;
         if (use_inter) line["intermediate_loss"] = interval.inter / n;
         if (peak_flops > 0) line["mfu"] = mfu;
-        line["peak_tensor_bytes"] = peak_bytes;  // the largest rank's peak in this interval
+        if (count_memory) line["peak_tensor_bytes"] = peak_bytes;  // the largest rank's peak in this interval
         metrics << line.dump() << "\n" << std::flush;
         std::ostringstream o;
         o << "step " << step << "/" << cfg.steps << " | loss " << std::fixed << std::setprecision(4)
@@ -454,7 +456,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
           << std::setprecision(3) << last_norm << " | " << si(tok_s) << " tok/s";
         if (peak_flops > 0) o << " | MFU " << std::setprecision(1) << 100.0 * mfu << "%";
         if (skipped_total) o << " | skipped " << skipped_total;
-        o << " | mem " << std::setprecision(0) << double(peak_bytes) / (1 << 20) << " MiB";
+        if (count_memory) o << " | mem " << std::setprecision(0) << double(peak_bytes) / (1 << 20) << " MiB";
         o << " | ETA " << format_duration(eta);
         std::cout << o.str() << std::endl;
       }
