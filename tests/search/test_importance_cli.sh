@@ -87,8 +87,8 @@ for n in names:
     assert x.dtype == np.float64 and np.all(np.isfinite(x)), n
     if n == "depth/loss_increase":  # a difference of two float32 losses
         assert np.allclose(x, y, rtol=0, atol=1e-5 * float(a.attrs["base_loss"])), (n, x, y)
-    else:
-        assert np.allclose(x, y, rtol=1e-5, atol=0), (n, np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-300)))
+    else:  # f32 sums in another order: up to 1.23e-5 measured (expert neurons, AMD Zen 4 / AVX-512)
+        assert np.allclose(x, y, rtol=5e-5, atol=0), (n, np.max(np.abs(x - y) / np.maximum(np.abs(x), 1e-300)))
 assert float(a.attrs["base_loss"]) > 1.0
 print("h5py: ok,", len(names), "datasets")
 PYEOF
