@@ -27,6 +27,7 @@
 #include "dist/progress.h"
 #include "dist/tensor_parallel.h"
 #include "distill/kd_loss.h"
+#include "distill/objective.h"
 #include "distill/run_parts.h"
 #include "distill/trainer.h"
 #include "model/layers/observer.h"
@@ -795,11 +796,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   if (o.hard_prob < 0 || o.hard_prob > 1) throw InputError("--hard-prob", fmt(o.hard_prob), "must be in [0, 1]");
   if (o.warmup < 0 || o.warmup > 1) throw InputError("--budget-warmup", fmt(o.warmup), "must be in [0, 1]");
   // The device first: `--device cuda` without one stops every rank before any model.
-  const dist::DeviceChoice device_choice = dist::choose_device(o.device, o.local_rank);
-  const torch::Device dev = device_choice.torch_device();
-  dist::apply_tf32_policy(device_choice);
-  const dist::DtypeChoice dtype_choice = dist::choose_dtype(o.dtype, device_choice.cuda);
-  const torch::Dtype dtype = checkpoint::parse_dtype(dtype_choice.dtype);
+  const distill::RunDevice rd = distill::choose_run_device(o.device, o.local_rank, o.dtype);
+  const torch::Device dev = rd.device;
+  const torch::Dtype dtype = rd.dtype;
 
   // ---- teacher, target, space, budgets: every check before any forward
   const bool arch_only = (o.check_only || o.cost_only) && fs::path(o.teacher).extension() == ".json";
@@ -848,12 +847,10 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     throw InputError(teacher_path, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
   const bool root = layout.world_rank() == 0;
   const int dp = layout.dp_size(), dp_rank = layout.dp_rank(), tp_rank = layout.tp_rank(), tp_size = layout.tp_size();
-  json layout_json = {{"world", layout.world_size()}, {"tp", tp_size}, {"dp", dp}, {"dtype", dtype_choice.dtype},
-                      {"dtype_reason", dtype_choice.reason}, {"device", device_choice.device},
-                      {"device_reason", device_choice.reason}};
-  if (on_layout) on_layout(layout_json);
+  const json layout_j = distill::layout_json(layout, rd);
+  if (on_layout) on_layout(layout_j);
   // The teacher's TP collectives take device tensors; the router's (host, float64) go over MPI.
-  model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), device_choice)};
+  model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), rd.choice)};
   model::CausalLM teacher{nullptr};  // cost only: no weights
   if (!o.cost_only) {
     teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
@@ -877,26 +874,25 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   st.v = torch::zeros({N}, torch::kFloat64);
   st.lambda = torch::zeros({int64_t(budgets.size())}, torch::kFloat64);
 
-  const std::string ckpt_dir = o.out + "/search";
+  // Cost only takes seconds: nothing to resume, no checkpoints.
+  std::optional<distill::RunCheckpoints> checkpoints;
+  if (!o.cost_only) checkpoints.emplace(world, o.out + "/search", 2, "search checkpoint");
+  if (o.cost_only && root) fs::create_directories(o.out);
   const std::string metrics_path = o.out + "/metrics.jsonl";
-  if (root) fs::create_directories(o.cost_only ? o.out : ckpt_dir);
-  MPI_Barrier(world);
   const json space_json = space.to_json();
   const json budgets_j = budgets_json(budgets);
 
   std::shared_ptr<data::BlendedSampler> sampler, cal;
   std::optional<data::DataCursor> cursor;
   if (!o.cost_only) {
-    std::vector<data::BlendEntry> entries;
-    for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
-    sampler = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Train);
+    const distill::TokenData token_data(o.data, o.split, o.seq_len, o.seed);
+    sampler = token_data.sampler(data::Split::Train);
     cursor = data::DataCursor::start(*sampler);
     // The candidates' scoring batches (checked here, before any forward).
-    if (o.candidates > 1)
-      cal = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split), data::Split::Calibration);
+    if (o.candidates > 1) cal = token_data.sampler(data::Split::Calibration);
   }
-  if (!o.cost_only && fs::exists(ckpt_dir + "/latest")) {
-    const std::string path = checkpoint::resolve_latest(ckpt_dir);
+  if (checkpoints && checkpoints->resuming()) {
+    const std::string path = checkpoints->latest();
     checkpoint::CheckpointReader r(path);
     const json& a = r.attributes();
     if (a.value("space", json()) != space_json || a.value("budgets", json()) != budgets_j)
@@ -907,8 +903,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     if (!budgets.empty()) st.lambda = r.read("search/lambda").to(torch::kFloat64);
     st.step = r.step();
     st.adam_steps = a.at("adam_steps").get<int64_t>();
-    cursor = data::DataCursor::from_json(a.at("data_cursor"), path + ": data_cursor");
-    cursor->check_matches(*sampler, path + ": data_cursor");
+    cursor = distill::restore_cursor(a, *sampler, path);
     if (root) {
       distill::truncate_metrics(metrics_path, st.step);
       std::cout << "resumed the search from " << path << " at step " << st.step << std::endl;
@@ -919,7 +914,6 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
 
   auto save = [&](const char* why) {
     if (o.cost_only) return;  // seconds long: nothing to resume
-    const auto t0 = clock::now();
     const bool w = layout.world_rank() == 0;
     std::vector<checkpoint::ShardedTensor> tensors = {
         {"search/theta", {N}, {}, st.theta.contiguous(), w},
@@ -928,13 +922,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     };
     if (!budgets.empty()) tensors.push_back({"search/lambda", {int64_t(budgets.size())}, {}, st.lambda.contiguous(), w});
     json attrs = {{"kind", "search"}, {"space", space_json}, {"budgets", budgets_j}, {"adam_steps", st.adam_steps},
-                  {"data_cursor", loader->cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_json}};
-    checkpoint::SaveOptions sopt;
-    sopt.keep_last = 2;
-    const std::string path = checkpoint::save_checkpoint(world, ckpt_dir, st.step, tensors, attrs, nullptr, sopt);
-    if (root)
-      std::cout << "search checkpoint " << path << " (" << why << ", " << std::fixed << std::setprecision(1)
-                << std::chrono::duration<double>(clock::now() - t0).count() << " s)" << std::endl;
+                  {"data_cursor", loader->cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_j}};
+    checkpoints->save(st.step, tensors, attrs, nullptr, why);
   };
 
   // ---- cost
@@ -982,17 +971,17 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     }
   };
 
-  distill::KdOptions kd_opts;
-  kd_opts.temperature = o.temperature;
+  distill::ObjectiveConfig kd_cfg;
+  kd_cfg.kd.temperature = o.temperature;
   const int64_t vocab = teacher_spec.vocab_size;
+  distill::DistillObjective kd_loss(*tp.comm, vocab, kd_cfg);
   const int64_t tokens_per_step = o.micro_batch * o.seq_len * dp;
-  std::ofstream metrics;
+  distill::MetricsLog metrics(metrics_path, root);
   if (root) {
-    metrics.open(metrics_path, std::ios::app);
     std::cout << "search: " << D << " decisions (" << N << " logits) over " << teacher_spec.layers.size() << " layers, TP "
               << tp_size << " x DP " << dp << ", " << tokens_per_step << " tokens per step, steps " << st.step << " -> "
               << o.steps << "\n"
-              << "dtype: " << dtype_choice.dtype << " (" << dtype_choice.reason << ")\n";
+              << "dtype: " << rd.dtype_choice.dtype << " (" << rd.dtype_choice.reason << ")\n";
     for (const auto& n : space.notes) std::cout << "  " << n << "\n";
     for (const auto& b : budgets)
       std::cout << "  budget " << b.option << ": " << (b.at_least ? ">= " : "<= ") << shown_text(b.metric, b.value)
@@ -1000,29 +989,25 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     std::cout << std::flush;
   }
 
-  distill::StopSignals signals;
   DasResult res;
-  auto t_interval = clock::now();
   int64_t interval_steps = 0;
   double interval_kd = 0, cost_s = 0;  // cost_s: time in the cost model and its Lagrangian (this interval)
+  double tau = o.tau_start;
+  bool hard = false;
+  std::vector<double> soft_values(budgets.size()), limits(budgets.size());  // of the last step
   const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  while (st.step < o.steps) {
-    if (const int stop = signals.agree(world)) {
-      if (root) std::cout << "stop signal received (" << distill::signal_name(stop) << ") at step " << st.step << ": saving" << std::endl;
-      save("signal");
-      if (root) distill::requeue_after_signal(stop);
-      res.space = space;
-      res.budgets = budgets;
-      res.steps_done = st.step;
-      res.stopped = true;
-      return res;
-    }
-    const double frac = o.steps > 1 ? double(st.step) / double(o.steps - 1) : 1.0;
-    const double tau = o.tau_start * std::pow(o.tau_end / o.tau_start, frac);
+  distill::StepLoop loop;
+  loop.steps = o.steps;
+  loop.log_interval = o.log_interval;
+  loop.save_interval = o.save_interval;
+  loop.save = save;
+  loop.step = [&](int64_t step) {
+    const double frac = o.steps > 1 ? double(step) / double(o.steps - 1) : 1.0;
+    tau = o.tau_start * std::pow(o.tau_end / o.tau_start, frac);
     // One architecture sample per step, the same on every rank: noise from (seed, step).
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + uint64_t(st.step) * 7919ULL + 17ULL);
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed * 1000003ULL + uint64_t(step) * 7919ULL + 17ULL);
     torch::Tensor u = torch::rand({N + 1}, gen, torch::kFloat64).clamp(1e-12, 1.0 - 1e-12);
-    const bool hard = u[N].item<double>() < o.hard_prob;
+    hard = u[N].item<double>() < o.hard_prob;
     torch::Tensor gumbel = -torch::log(-torch::log(u.narrow(0, 0, N)));
 
     torch::Tensor theta = st.theta.clone().requires_grad_(true);
@@ -1047,22 +1032,19 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       kd_value = loss.item<double>();
     } else {
       // The batch, the teacher's logits, the masked teacher's.
-      torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
-      loader->next(ids.data_ptr<int32_t>());
-      torch::Tensor input = ids.to(dev, torch::kLong).narrow(1, 0, o.seq_len).contiguous();
-      torch::Tensor t_local;
+      const distill::Batch batch = distill::next_batch(*loader, o.micro_batch, o.seq_len, dev);
+      distill::Forward t;
       {
         torch::NoGradGuard ng;
         teacher->set_observer(nullptr);
-        t_local = teacher->logits_local(teacher->hidden_states(input));
-        t_local = t_local.reshape({-1, t_local.size(-1)});
+        t = distill::forward_logits(teacher, batch.input);
       }
       set_masks(y);
       teacher->set_observer(&masks);
-      torch::Tensor s_local = teacher->logits_local(teacher->hidden_states(input));
+      const distill::Forward s = distill::forward_logits(teacher, batch.input);
       teacher->set_observer(nullptr);
-      s_local = s_local.reshape({-1, s_local.size(-1)});
-      torch::Tensor kd = distill::vocab_parallel_kl(s_local, t_local, *tp.comm, vocab, kd_opts);
+      distill::LossParts parts;
+      torch::Tensor kd = kd_loss(s, t, batch.labels, parts);
       kd.backward();
       g = theta.grad().clone();
       // Units split over TP: each rank saw its own; the rest is replicated and already whole.
@@ -1071,7 +1053,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
         layout.tp().all_reduce(part, dist::ReduceOp::Sum);
         g = g * (1.0 - tp_summed) + part;
       }
-      kd_value = kd.item<double>();
+      kd_value = parts.kd;
       {
         torch::Tensor pack = torch::cat({g, torch::full({1}, kd_value, torch::kFloat64)});
         if (dp > 1) layout.dp().all_reduce(pack, dist::ReduceOp::Avg);
@@ -1083,9 +1065,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     const auto t_cost = clock::now();
     torch::Tensor theta_c = st.theta.clone().requires_grad_(true);
     const std::vector<torch::Tensor> soft = soft_cost(probs_of(theta_c));
-    const double ramp = o.warmup > 0 ? std::min(1.0, double(st.step) / (o.warmup * double(o.steps))) : 1.0;
+    const double ramp = o.warmup > 0 ? std::min(1.0, double(step) / (o.warmup * double(o.steps))) : 1.0;
     torch::Tensor penalty = torch::zeros({}, torch::kFloat64);
-    std::vector<double> viol(budgets.size()), soft_values(budgets.size()), limits(budgets.size());
+    std::vector<double> viol(budgets.size());
     for (size_t i = 0; i < budgets.size(); ++i) {
       const Budget& b = budgets[i];
       Budget now = b;
@@ -1116,54 +1098,53 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       st.lambda[int64_t(i)] = std::max(0.0, st.lambda[int64_t(i)].item<double>() + o.rho * viol[i]);
     // Bitwise the same logits on every rank.
     MPI_Bcast(st.theta.data_ptr<double>(), int(N), MPI_DOUBLE, 0, world);
-    ++st.step;
     interval_kd += kd_value;
     ++interval_steps;
-
-    if (st.step % o.log_interval == 0 || st.step == o.steps) {
-      const double dt = std::chrono::duration<double>(clock::now() - t_interval).count();
-      const double tok_s = double(tokens_per_step * interval_steps) / std::max(dt, 1e-9);
-      const double eta = dt / double(interval_steps) * double(o.steps - st.step);
-      double entropy = 0;
-      for (const auto& p : probs_of(st.theta)) {
-        const double n = double(p.numel());
-        entropy += n > 1 ? -(p * (p + 1e-30).log()).sum().item<double>() / std::log(n) : 0.0;
-      }
-      entropy /= double(D);
-      if (root) {
-        json line = {{"step", st.step}, {o.cost_only ? "proxy" : "kd_loss", (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps)}, {"tau", tau},
-                     {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard}, {"cost_model_share", cost_s / std::max(dt, 1e-9)},
-                     {"elapsed_s", std::chrono::duration<double>(clock::now() - t_start).count()}};
-        std::ostringstream os;
-        os << "search " << st.step << "/" << o.steps << (o.cost_only ? " | proxy " : " | kd ") << std::fixed << std::setprecision(4)
-           << (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps);
-        json cons = json::array();
-        for (size_t i = 0; i < budgets.size(); ++i) {
-          const Budget& b = budgets[i];
-          cons.push_back({{"option", b.option}, {"soft", shown(b.metric, soft_values[i])}, {"limit", shown(b.metric, limits[i])},
-                          {"budget", shown(b.metric, b.value)}, {"multiplier", st.lambda[int64_t(i)].item<double>()}});
-          os << " | " << metric_name(b.metric) << " " << std::setprecision(4) << shown(b.metric, soft_values[i]) << "/"
-             << shown(b.metric, limits[i]) << " (lambda " << std::setprecision(3) << st.lambda[int64_t(i)].item<double>() << ")";
-        }
-        line["budgets"] = cons;
-        metrics << line.dump() << "\n" << std::flush;
-        os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | ";
-        if (o.cost_only)  // no tokens: the step rate
-          os << std::setprecision(1) << double(interval_steps) / std::max(dt, 1e-9) << " steps/s";
-        else
-          os << std::setprecision(0) << tok_s << " tok/s | cost model " << std::setprecision(2) << 100.0 * cost_s / std::max(dt, 1e-9) << "%";
-        os << " | ETA " << dist::format_duration(eta);
-        std::cout << os.str() << std::endl;
-      }
-      interval_kd = 0;
-      cost_s = 0;
-      interval_steps = 0;
-      t_interval = clock::now();
+  };
+  loop.log = [&](int64_t step, double dt, int64_t) {
+    const double tok_s = double(tokens_per_step * interval_steps) / std::max(dt, 1e-9);
+    const double eta = dt / double(interval_steps) * double(o.steps - step);
+    double entropy = 0;
+    for (const auto& p : probs_of(st.theta)) {
+      const double n = double(p.numel());
+      entropy += n > 1 ? -(p * (p + 1e-30).log()).sum().item<double>() / std::log(n) : 0.0;
     }
-    if ((o.save_interval > 0 && st.step % o.save_interval == 0) || st.step == o.steps) {
-      save(st.step == o.steps ? "final" : "interval");
-      t_interval = clock::now();
+    entropy /= double(D);
+    if (root) {
+      json line = {{"step", step}, {o.cost_only ? "proxy" : "kd_loss", (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps)}, {"tau", tau},
+                   {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard}, {"cost_model_share", cost_s / std::max(dt, 1e-9)},
+                   {"elapsed_s", std::chrono::duration<double>(clock::now() - t_start).count()}};
+      std::ostringstream os;
+      os << "search " << step << "/" << o.steps << (o.cost_only ? " | proxy " : " | kd ") << std::fixed << std::setprecision(4)
+         << (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps);
+      json cons = json::array();
+      for (size_t i = 0; i < budgets.size(); ++i) {
+        const Budget& b = budgets[i];
+        cons.push_back({{"option", b.option}, {"soft", shown(b.metric, soft_values[i])}, {"limit", shown(b.metric, limits[i])},
+                        {"budget", shown(b.metric, b.value)}, {"multiplier", st.lambda[int64_t(i)].item<double>()}});
+        os << " | " << metric_name(b.metric) << " " << std::setprecision(4) << shown(b.metric, soft_values[i]) << "/"
+           << shown(b.metric, limits[i]) << " (lambda " << std::setprecision(3) << st.lambda[int64_t(i)].item<double>() << ")";
+      }
+      line["budgets"] = cons;
+      metrics.write(line);
+      os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | ";
+      if (o.cost_only)  // no tokens: the step rate
+        os << std::setprecision(1) << double(interval_steps) / std::max(dt, 1e-9) << " steps/s";
+      else
+        os << std::setprecision(0) << tok_s << " tok/s | cost model " << std::setprecision(2) << 100.0 * cost_s / std::max(dt, 1e-9) << "%";
+      os << " | ETA " << dist::format_duration(eta);
+      std::cout << os.str() << std::endl;
     }
+    interval_kd = 0;
+    cost_s = 0;
+    interval_steps = 0;
+  };
+  if (distill::run_steps(loop, st.step, world) == distill::kExitRequeue) {
+    res.space = space;
+    res.budgets = budgets;
+    res.steps_done = st.step;
+    res.stopped = true;
+    return res;
   }
 
   // ---- discretize, verify, repair, prune
@@ -1207,11 +1188,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     torch::NoGradGuard ng;
     std::vector<double> kd_sum(res.candidates.size(), 0.0);
     for (int64_t b = 0; b < o.score_batches; ++b) {
-      torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
-      cal_loader.next(ids.data_ptr<int32_t>());
-      torch::Tensor input = ids.to(dev, torch::kLong).narrow(1, 0, o.seq_len).contiguous();
-      torch::Tensor tl = teacher->logits_local(teacher->hidden_states(input));
-      tl = tl.reshape({-1, tl.size(-1)});
+      const distill::Batch batch = distill::next_batch(cal_loader, o.micro_batch, o.seq_len, dev);
+      const distill::Forward t = distill::forward_logits(teacher, batch.input);
       for (size_t c = 0; c < res.candidates.size(); ++c) {
         std::vector<torch::Tensor> y;
         for (size_t d = 0; d < D; ++d) {
@@ -1221,9 +1199,11 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
         }
         set_masks(y);
         teacher->set_observer(&masks);
-        torch::Tensor sl = teacher->logits_local(teacher->hidden_states(input));
+        const distill::Forward s = distill::forward_logits(teacher, batch.input);
         teacher->set_observer(nullptr);
-        kd_sum[c] += distill::vocab_parallel_kl(sl.reshape({-1, sl.size(-1)}), tl, *tp.comm, vocab, kd_opts).item<double>();
+        distill::LossParts parts;
+        kd_loss(s, t, batch.labels, parts);
+        kd_sum[c] += parts.kd;
       }
     }
     torch::Tensor k = torch::tensor(kd_sum, torch::kFloat64);
