@@ -44,17 +44,24 @@ WHEELS=(
   "nvidia_nvshmem_cu13-3.4.5-py3-none-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 290f0a2ee94c9f3687a02502f3b9299a9f9fe826e6d0287ee18482e78d495b80 nvidia-nvshmem-cu13==3.4.5"
 )
 mkdir -p "$CACHE" "$B"
+# A wheel verified once gets a stamp (its sha256, newer than the file): reruns skip hashing.
+verified() { [ -f "$CACHE/$1" ] && [ -f "$CACHE/$1.sha256-ok" ] && [ "$CACHE/$1.sha256-ok" -nt "$CACHE/$1" ] &&
+  [ "$(cat "$CACHE/$1.sha256-ok")" = "$2" ]; }
 for w in "${WHEELS[@]}"; do
   read -r file sha req <<<"$w"
-  if [ ! -f "$CACHE/$file" ] || ! echo "$sha  $CACHE/$file" | sha256sum --quiet -c - 2>/dev/null; then
-    rm -f "$CACHE/$file"
-    say "downloading $req (the cp311 manylinux x86-64 wheel, without its dependencies)"
-    python3 -m pip download -q --no-cache-dir --no-deps --only-binary=:all: --python-version 3.11 \
-      --implementation cp --abi cp311 --abi none --platform manylinux_2_28_x86_64 \
-      --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$CACHE" "$req"
-    [ -f "$CACHE/$file" ] || fail "pip did not fetch $file"
-    echo "$sha  $CACHE/$file" | sha256sum --quiet -c - || { rm -f "$CACHE/$file"; fail "$file: sha256 mismatch"; }
+  verified "$file" "$sha" && continue
+  if [ -f "$CACHE/$file" ] && echo "$sha  $CACHE/$file" | sha256sum --quiet -c - 2>/dev/null; then
+    echo "$sha" >"$CACHE/$file.sha256-ok"
+    continue
   fi
+  rm -f "$CACHE/$file"
+  say "downloading $req (the cp311 manylinux x86-64 wheel, without its dependencies)"
+  python3 -m pip download -q --no-cache-dir --no-deps --only-binary=:all: --python-version 3.11 \
+    --implementation cp --abi cp311 --abi none --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$CACHE" "$req"
+  [ -f "$CACHE/$file" ] || fail "pip did not fetch $file"
+  echo "$sha  $CACHE/$file" | sha256sum --quiet -c - || { rm -f "$CACHE/$file"; fail "$file: sha256 mismatch"; }
+  echo "$sha" >"$CACHE/$file.sha256-ok"
 done
 say "wheels ready in $CACHE ($((SECONDS - START)) s)"
 
