@@ -140,7 +140,7 @@ bundle_check_inside() {
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   "$B/autocompress" --version
   "$R/usr/bin/mpiexec" --oversubscribe -n 2 "$B/autocompress" env --tp 2 | grep -E "MPI|HDF5|World|TP groups"
-  "$B/test_dist_layout" --gtest_filter='Watchdog.*:DeviceCuda.*' | tail -n 1
+  "$B/tests/dist/test_dist_layout" --gtest_filter='Watchdog.*:DeviceCuda.*' | tail -n 1
   echo "gpu_bundle: OK: the project builds and runs against the bundle alone"
 }
 
