@@ -18,6 +18,11 @@ Both sides in one dtype (--dtype auto: bf16 where the CPU has native bf16, else 
 Prints tokens/s for both, the ratio, MFU against the hardware profile's peak (--hardware,
 e.g. cpu-local: this machine's profile once `autocompress cost calibrate` made it), and ZeRO-1 optimizer
 bytes per rank against replicated AdamW from a 2-rank run (--dp2).
+On a GPU (--device cuda, scripts/gpu_check.sh): both sides on cuda:0 in bf16 (eager: the
+student in fp32 under torch.autocast, the standard recipe), --size gpu: a ~200M-parameter
+teacher (hidden 1024, 12 layers) and a ~100M student (hidden 768, 8 layers), vocabulary 32000;
+--peak: the GPU's measured bf16 GEMM FLOP/s, against which both sides' MFU is printed (6 x
+student params + 2 x teacher params FLOPs per token, plus attention).
 Needs pip torch + transformers (not used by CI).
 """
 import argparse
@@ -35,18 +40,39 @@ import torch.nn.functional as F
 import transformers
 
 VOCAB = 8192
+# (hidden, ffn, layers, heads, kv heads) of the teacher and the student per --size.
+SIZES = {"small": {"vocab": 8192, "teacher": (384, 1024, 8, 6, 2), "student": (256, 768, 6, 4, 2)},
+         "gpu": {"vocab": 32000, "teacher": (1024, 2816, 12, 16, 4), "student": (768, 2048, 8, 12, 4)}}
+SIZE = "small"
+
+
+def llama_config(which):
+    h, ffn, layers, heads, kv = SIZES[SIZE][which]
+    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=h, intermediate_size=ffn, num_hidden_layers=layers,
+                                    num_attention_heads=heads, num_key_value_heads=kv, head_dim=64,
+                                    max_position_embeddings=4096, tie_word_embeddings=False)
 
 
 def teacher_config():
-    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=384, intermediate_size=1024, num_hidden_layers=8,
-                                    num_attention_heads=6, num_key_value_heads=2, head_dim=64,
-                                    max_position_embeddings=4096, tie_word_embeddings=False)
+    return llama_config("teacher")
 
 
 def student_config():
-    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidden_layers=6,
-                                    num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                                    max_position_embeddings=4096, tie_word_embeddings=False)
+    return llama_config("student")
+
+
+def params_of(cfg):
+    h, f, n, v = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
+    q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    return 2 * v * h + n * (h * (q + 2 * kv) + q * h + 3 * h * f + 2 * h) + h
+
+
+def flops_per_token(seq):
+    """Model FLOPs of one KD token: student forward + backward (6 N), teacher forward (2 N), plus
+    causal attention scores and values (forward 2 x 2 x seq/2 x q-width per layer, x3 with backward)."""
+    s, t = student_config(), teacher_config()
+    attn = lambda c: 2 * 2 * (seq / 2) * c.num_attention_heads * c.head_dim * c.num_hidden_layers
+    return 6 * params_of(s) + 3 * attn(s) + 2 * params_of(t) + attn(t)
 
 
 def write_megatron(prefix, tokens, doc_len):
@@ -84,7 +110,7 @@ def ours(args, work, env, ranks, tag):
         "--teacher", os.path.join(work, "teacher_ckpt", "checkpoints"), "--data", os.path.join(work, "tokens"),
         "--seq-len", str(args.seq), "--micro-batch", str(args.batch // ranks), "--steps", str(args.steps),
         "--warmup", "2", "--lr", "1e-3", "--log-interval", "1", "--eval-interval", "0", "--save-interval", "0",
-        "--split", "100,0,0", "--dtype", args.dtype, "--out", out]
+        "--split", "100,0,0", "--dtype", args.dtype, "--device", args.device, "--out", out]
     # The final checkpoint is written after the last logged step; it is not timed.
     if args.hardware:
         cmd += ["--hardware", args.hardware]
@@ -109,8 +135,9 @@ def native_bf16():
 def eager(args, tokens):
     torch.manual_seed(0)
     bf16 = args.dtype == "bf16"
-    teacher = transformers.LlamaForCausalLM(teacher_config()).to(torch.bfloat16 if bf16 else torch.float32).eval()
-    student = transformers.LlamaForCausalLM(student_config())
+    dev = torch.device("cuda:0" if args.device == "cuda" else "cpu")
+    teacher = transformers.LlamaForCausalLM(teacher_config()).to(torch.bfloat16 if bf16 else torch.float32).to(dev).eval()
+    student = transformers.LlamaForCausalLM(student_config()).to(dev)
     for p in teacher.parameters():
         p.requires_grad_(False)
     opt = torch.optim.AdamW(student.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
@@ -119,10 +146,10 @@ def eager(args, tokens):
 
     def step(i):
         batch = samples[(i * b) % (len(samples) - b):][:b]
-        ids = batch[:, :-1]
+        ids = batch[:, :-1].to(dev)
         with torch.no_grad():
             t_logits = teacher(input_ids=ids).logits
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
             s_logits = student(input_ids=ids).logits
         s = F.log_softmax(s_logits.float().view(-1, VOCAB), dim=-1)
         t = F.log_softmax(t_logits.float().view(-1, VOCAB), dim=-1)
@@ -154,9 +181,16 @@ def main():
     ap.add_argument("--dtype", default="auto", choices=["auto", "bf16", "f32"],
                     help="both sides (auto: bf16 where the CPU has native bf16, else f32, as autocompress picks)")
     ap.add_argument("--dp2", action="store_true", help="also run 2 ranks x threads/2 and report ZeRO-1 memory")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="both sides on this device (cuda: cuda:0)")
+    ap.add_argument("--size", default="small", choices=sorted(SIZES), help="the model pair (gpu: ~200M teacher, ~100M student)")
+    ap.add_argument("--peak", type=float, default=0.0, help="peak FLOP/s (e.g. the GPU's measured bf16 GEMM) for MFU")
     args = ap.parse_args()
+    global SIZE, VOCAB
+    SIZE, VOCAB = args.size, SIZES[args.size]["vocab"]
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: this torch sees no GPU")
     if args.dtype == "auto":
-        args.dtype = "bf16" if native_bf16() else "f32"
+        args.dtype = "bf16" if args.device == "cuda" or native_bf16() else "f32"
     torch.set_num_threads(args.threads)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory() as work:
@@ -168,21 +202,29 @@ def main():
         # A teacher checkpoint in our format (random weights; one pretraining step).
         run([args.bin, "pretrain", "--arch", os.path.join(work, "teacher", "config.json"), "--data",
              os.path.join(work, "tokens"), "--seq-len", "32", "--micro-batch", "1", "--steps", "1",
-             "--eval-interval", "0", "--split", "100,0,0", "--out", os.path.join(work, "teacher_ckpt")], env)
+             "--eval-interval", "0", "--split", "100,0,0", "--device", args.device,
+             "--out", os.path.join(work, "teacher_ckpt")], env)
         # Alternate so both see the same machine load.
         t_ours, mfu, opt_line, _ = ours(args, work, env, 1, "ours")
         t_eager = eager(args, tokens)
         t_ours2, mfu2, _, _ = ours(args, work, env, 1, "ours2")
         t_eager2 = eager(args, tokens)
         a, e = max(t_ours, t_ours2), max(t_eager, t_eager2)
-        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-        print(f"threads {args.threads}, {args.dtype} on {cpu}, batch {args.batch} x seq {args.seq} tokens, teacher ~19M, student ~9M (vocab {VOCAB})")
+        where = (torch.cuda.get_device_name(0) if args.device == "cuda" else
+                 next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"))
+        print(f"threads {args.threads}, {args.dtype} on {where}, batch {args.batch} x seq {args.seq} tokens, "
+              f"teacher {params_of(teacher_config()) / 1e6:.0f}M, student {params_of(student_config()) / 1e6:.0f}M "
+              f"(vocab {VOCAB})")
         print(f"  autocompress distill : {t_ours:8.0f} / {t_ours2:8.0f} tokens/s" +
               (f"  (MFU {100 * max(mfu, mfu2):.1f}% of the profile's peak)" if mfu else ""))
         print(f"  PyTorch eager KD step: {t_eager:8.0f} / {t_eager2:8.0f} tokens/s")
         print(f"  ratio (best of 2 each): {a / e:.2f}x")
         if mfu:
             print(f"  eager MFU (same FLOPs per token): {100 * max(mfu, mfu2) * e / a:.1f}%")
+        if args.peak > 0:
+            fpt = flops_per_token(args.seq)
+            print(f"  MFU against the measured peak {args.peak / 1e12:.1f} TFLOP/s ({fpt / 1e9:.2f} GFLOP per token): "
+                  f"autocompress {100 * a * fpt / args.peak:.1f}%, eager {100 * e * fpt / args.peak:.1f}%")
         if opt_line:
             print("  " + opt_line.strip())
         if args.dp2:

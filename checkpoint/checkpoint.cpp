@@ -19,6 +19,12 @@
 #include <set>
 #include <tuple>
 
+#include <torch/cuda.h>
+
+#include "autocompress/build_info.h"
+#if AC_TORCH_HAS_CUDA
+#include <ATen/cuda/CachingHostAllocator.h>
+#endif
 #include "checkpoint/hdf5_util.h"
 #include "dist/error.h"
 
@@ -31,9 +37,20 @@ using h5::check;
 using h5::Handle;
 
 // The bytes a file write reads: a tensor in device memory is copied to the host here, the
-// only place a save leaves the device (a CPU tensor is used as it is).
-torch::Tensor host_copy(const torch::Tensor& t) {
-  return t.device().is_cpu() ? t.contiguous() : t.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous();
+// only place a save leaves the device (a CPU tensor is used as it is). A device tensor lands
+// in pinned host memory with an asynchronous copy; `staged` collects the devices whose
+// copies are in flight, and the caller waits for them once (wait_for_staging) before the
+// bytes are read.
+torch::Tensor host_copy(const torch::Tensor& t, std::set<int>* staged) {
+  if (t.device().is_cpu()) return t.contiguous();
+  torch::Tensor host = host_staging_like(t);
+  host.copy_(t, /*non_blocking=*/t.device().is_cuda());
+  if (t.device().is_cuda()) staged->insert(t.device().index());
+  return host;
+}
+
+void wait_for_staging(const std::set<int>& staged) {
+  for (int device : staged) torch::cuda::synchronize(device);
 }
 
 // CRC32 (zlib) of a contiguous tensor's bytes.
@@ -220,6 +237,7 @@ std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedT
   }
   // Every rank computes every rank's item count (for the rounds) and its own items.
   std::map<std::string, std::vector<int64_t>> counts;
+  std::set<int> staged;  // CUDA devices with host copies in flight
   for (size_t r = 0; r < all.size(); ++r) {
     for (size_t i = 0; i < all[r].size(); ++i) {
       const auto& e = all[r][i];
@@ -236,13 +254,13 @@ std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedT
       c.resize(all.size(), 0);
       if (shape.empty()) {
         c[r] += 1;
-        if (int(r) == rank) (*items)[name].push_back({e[4].get<std::vector<int64_t>>(), host_copy(tensors[i].local), 1});
+        if (int(r) == rank) (*items)[name].push_back({e[4].get<std::vector<int64_t>>(), host_copy(tensors[i].local, &staged), 1});
         continue;
       }
       const int64_t row_bytes = bytes / shape[0];
       const int64_t rows_per = (shape[0] + pieces - 1) / pieces;
       torch::Tensor data;
-      if (int(r) == rank) data = host_copy(tensors[i].local);
+      if (int(r) == rank) data = host_copy(tensors[i].local, &staged);
       for (int64_t r0 = 0; r0 < shape[0]; r0 += rows_per) {
         const int64_t rows = std::min(rows_per, shape[0] - r0);
         const int64_t sub = rows_per_write(rows, row_bytes, write_chunk);
@@ -254,6 +272,7 @@ std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedT
       }
     }
   }
+  wait_for_staging(staged);  // one wait per save, after every copy was issued
   std::vector<DatasetPlan> out;
   for (auto& [name, p] : plans) {
     if (counts.count(name)) p.rounds = *std::max_element(counts[name].begin(), counts[name].end());
@@ -294,6 +313,23 @@ void write_json_attributes(hid_t obj, const nlohmann::json& attributes) {
 
 }  // namespace
 
+torch::Tensor host_staging_like(const torch::Tensor& like) {
+  auto opts = like.options().device(torch::kCPU);
+  if (like.device().is_cuda()) opts = opts.pinned_memory(true);
+  return torch::empty(like.sizes(), opts);
+}
+
+void release_host_staging() {
+#if AC_TORCH_HAS_CUDA
+  // Deprecated in the newest LibTorch in favour of at::getHostAllocator(at::kCUDA), which
+  // older 2.x releases lack; this one exists in every release the project builds against.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  at::cuda::CachingHostAllocator_emptyCache();
+#pragma GCC diagnostic pop
+#endif
+}
+
 std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
                             const std::vector<ShardedTensor>& tensors, const nlohmann::json& attributes,
                             const nlohmann::json& per_rank, const SaveOptions& opt) {
@@ -312,6 +348,14 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
   };
 
   for (const auto& t : tensors) check_slice(t);
+  // Declared before the host copies, so it runs after they are freed, also on an error path.
+  struct ReleaseStaging {
+    bool any_device = false;
+    ~ReleaseStaging() {
+      if (any_device) release_host_staging();
+    }
+  } release_staging;
+  for (const auto& t : tensors) release_staging.any_device |= t.local.defined() && t.local.is_cuda();
   std::map<std::string, std::vector<WriteItem>> items;
   const auto plans = plan_datasets(comm, tensors, opt.max_bytes_per_write, opt.write_behind_bytes, &items);
 

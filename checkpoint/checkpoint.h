@@ -22,7 +22,7 @@ struct ShardedTensor {
   std::string name;                   // "model/layers.3.mlp.w1", "optimizer/exp_avg/0"
   std::vector<int64_t> global_shape;  // the logical tensor's shape
   std::vector<int64_t> offset;        // where `local` starts in it (empty: all zeros)
-  torch::Tensor local;                // CPU tensor: f32, f64, bf16, f16, i64, i32, u8
+  torch::Tensor local;                // f32, f64, bf16, f16, i64, i32, u8; a CUDA tensor is staged through pinned memory
   bool write = true;                  // false on DP replicas; identical slices of several ranks are written once
 };
 
@@ -59,6 +59,18 @@ struct SaveOptions {
 std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
                             const std::vector<ShardedTensor>& tensors, const nlohmann::json& attributes,
                             const nlohmann::json& per_rank = nullptr, const SaveOptions& options = {});
+
+// The host tensor that file I/O of `like` goes through: for a CUDA tensor, pinned (page-
+// locked) host memory from LibTorch's caching host allocator, so device<->host copies run at
+// full bus speed, need no pageable bounce buffer and can be asynchronous (the allocator does
+// not reuse the block before a copy that used it has finished); for a CPU tensor, ordinary
+// memory. Saves stage every device tensor through it and wait once; optimizer-state loads
+// read the file into it and copy to the device without blocking.
+torch::Tensor host_staging_like(const torch::Tensor& like);
+// Gives the allocator's cached pinned blocks back to the OS once a save or load is done:
+// page-locked RAM cannot be swapped or used by anything else, so it is held for the I/O, not
+// between checkpoints. A no-op in a build without CUDA.
+void release_host_staging();
 
 // The checkpoint <dir>/latest points to. Throws ac::InputError when there is none or the
 // pointer is bad.

@@ -108,14 +108,15 @@ void load_optimizer(dist::ZeroAdamW& opt, const std::vector<model::ParamShard>& 
     for (int kind = 0; kind < 3; ++kind) {
       for (const Slab& s : slabs(map.at(i), state_of(sh, kind), sh.row_start)) {
         const std::string name = std::string("optimizer/") + kKinds[kind] + "/" + s.piece->logical;
-        torch::Tensor tmp = torch::empty(s.view.sizes(), s.view.options().device(torch::kCPU));  // file reads land on the host
+        torch::Tensor tmp = host_staging_like(s.view);  // file reads land on the host (pinned for a device)
         reader.read_into(name, tmp, s.offset, s.piece->logical_shape);
         torch::Tensor view = s.view;
-        view.copy_(tmp);
+        view.copy_(tmp, /*non_blocking=*/view.is_cuda());
       }
     }
   }
   opt.sync_params_from_master();
+  release_host_staging();  // blocks whose copies are still in flight stay until they finish (their events)
 }
 
 }  // namespace ac::checkpoint

@@ -14,6 +14,15 @@ namespace ac::dist {
 
 enum class ReduceOp { Sum, Max, Avg };
 
+// A collective in flight (the *_async calls). wait() orders what the calling thread issues
+// next after the collective: with NCCL the current CUDA stream waits for the collective's end
+// event (the host does not block); MPI and groups of one finish inside the call.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -30,7 +39,28 @@ class Communicator {
   virtual void reduce_scatter(at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum) = 0;
   virtual void broadcast(at::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+
+  // Asynchronous variants, for overlapping communication with compute (ZeRO-1's buckets).
+  // Contiguous tensors; `out` is valid, and `in`/`out` may be changed, only after wait().
+  // NCCL runs them on a communication stream of its own (docs/gpu.md); the defaults (MPI,
+  // groups of one) run the blocking call and return a finished Work.
+  virtual std::shared_ptr<Work> reduce_scatter_async(at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum);
+  virtual std::shared_ptr<Work> all_gather_async(at::Tensor& out, const at::Tensor& in);
 };
+
+namespace detail {
+struct FinishedWork final : Work {
+  void wait() override {}
+};
+}  // namespace detail
+inline std::shared_ptr<Work> Communicator::reduce_scatter_async(at::Tensor& out, const at::Tensor& in, ReduceOp op) {
+  reduce_scatter(out, in, op);
+  return std::make_shared<detail::FinishedWork>();
+}
+inline std::shared_ptr<Work> Communicator::all_gather_async(at::Tensor& out, const at::Tensor& in) {
+  all_gather(out, in);
+  return std::make_shared<detail::FinishedWork>();
+}
 
 // Duplicates `comm`, so the communicator owns its own MPI context.
 std::shared_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);

@@ -5,8 +5,12 @@
 #include <torch/cuda.h>
 
 #include <cstdlib>
+#include <stdexcept>
 
 #include "autocompress/build_info.h"
+#if AC_TORCH_HAS_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 #include "dist/communicator.h"
 #include "dist/error.h"
 
@@ -86,6 +90,28 @@ std::shared_ptr<Communicator> make_device_communicator(MPI_Comm comm, const Devi
                      "a group of " + std::to_string(size) + " CUDA ranks needs NCCL, and this build has none");
   return make_communicator("nccl", comm, choice.index);
 }
+
+void cuda_synchronize(int index) { torch::cuda::synchronize(index); }
+
+#if AC_TORCH_HAS_CUDA
+// allocated_bytes[0]: the aggregate over pool types (StatType::AGGREGATE in every release).
+int64_t cuda_allocated_bytes(int index) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index)).allocated_bytes[0].current;
+}
+int64_t cuda_peak_allocated_bytes(int index) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index)).allocated_bytes[0].peak;
+}
+void reset_cuda_peak(int index) {
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index));
+}
+#else
+namespace {
+[[noreturn]] void no_cuda() { throw std::runtime_error("CUDA memory statistics: this build has no CUDA"); }
+}  // namespace
+int64_t cuda_allocated_bytes(int) { no_cuda(); }
+int64_t cuda_peak_allocated_bytes(int) { no_cuda(); }
+void reset_cuda_peak(int) { no_cuda(); }
+#endif
 
 bool apply_tf32_policy(const DeviceChoice& choice) {
   const char* env = std::getenv("AC_ALLOW_TF32");

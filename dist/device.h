@@ -6,6 +6,7 @@
 
 #include <c10/core/Device.h>
 
+#include <cstdint>
 #include <memory>
 #include <mpi.h>
 #include <string>
@@ -53,6 +54,14 @@ int local_rank_of(MPI_Comm world);
 // ac::InputError when the build has no NCCL and the group has more than one rank), MPI for
 // CPU tensors, the identity for a group of one.
 std::shared_ptr<Communicator> make_device_communicator(MPI_Comm comm, const DeviceChoice& choice);
+
+// CUDA device `index`: wait for all its streams; live bytes of its tensors and their peak since
+// reset_cuda_peak (the caching allocator's allocated-bytes statistics, what `cost validate
+// --device cuda` measures memory with). In a build without CUDA they throw.
+void cuda_synchronize(int index);
+int64_t cuda_allocated_bytes(int index);
+int64_t cuda_peak_allocated_bytes(int index);
+void reset_cuda_peak(int index);
 
 // TF32 matmuls (CUDA only) off unless AC_ALLOW_TF32=1: fp32 stays fp32 (docs/gpu.md).
 // Returns whether TF32 is allowed. A no-op on the CPU.

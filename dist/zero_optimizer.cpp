@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <stdexcept>
 
 namespace ac::dist {
@@ -91,23 +92,38 @@ void ZeroAdamW::zero_grad() {
   }
 }
 
-void ZeroAdamW::gather_params(Bucket& b) {
+ZeroAdamW::Gather ZeroAdamW::start_gather(Bucket& b) {
   torch::NoGradGuard no_grad;
   const int dp_size = dp_.size();
+  Gather g;
+  g.bucket = &b;
   torch::Tensor mine = b.master.to(b.dtype);
-  torch::Tensor all = mine;
+  g.all = mine;
   if (dp_size > 1) {
-    all = torch::empty({b.segment * dp_size}, mine.options());
-    dp_.all_gather(all, mine);
+    g.all = torch::empty({b.segment * dp_size}, mine.options());
+    g.work = dp_.all_gather_async(g.all, mine);
   }
-  for (int r = 0; r < dp_size; ++r) {
+  return g;
+}
+
+void ZeroAdamW::finish_gather(Gather& g) {
+  torch::NoGradGuard no_grad;
+  if (g.work) g.work->wait();
+  const Bucket& b = *g.bucket;
+  for (int r = 0; r < dp_.size(); ++r) {
     for (const Slot& s : b.slots) {
       const int64_t rows = owned_rows(s, r);
       if (rows == 0) continue;
       torch::Tensor dst = as_rows(params_[s.param].param).narrow(0, r * s.rows_per_rank, rows);
-      dst.copy_(all.narrow(0, r * b.segment + s.offset, rows * s.row_numel).view({rows, s.row_numel}));
+      dst.copy_(g.all.narrow(0, r * b.segment + s.offset, rows * s.row_numel).view({rows, s.row_numel}));
     }
   }
+  g = Gather{};
+}
+
+void ZeroAdamW::gather_params(Bucket& b) {
+  Gather g = start_gather(b);
+  finish_gather(g);
 }
 
 void ZeroAdamW::sync_params_from_master() {
@@ -122,7 +138,14 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   // staged: the step's peak is the gradients plus one bucket, not two full copies.
   std::vector<torch::Tensor> grads;
   grads.reserve(buckets_.size());
+  // Reduce-scatters in flight (NCCL: on the communication stream), at most two: bucket k's
+  // runs while bucket k+1 is staged; waiting for it before bucket k+2 frees its buffer.
+  std::deque<std::shared_ptr<Work>> in_flight;
   for (Bucket& b : buckets_) {
+    if (in_flight.size() == 2) {
+      in_flight.front()->wait();
+      in_flight.pop_front();
+    }
     torch::Tensor flat = torch::empty({b.segment * dp_size}, b.master.options());
     for (int r = 0; r < dp_size; ++r) {
       for (const Slot& s : b.slots) {
@@ -142,12 +165,14 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
     }
     if (dp_size > 1) {
       torch::Tensor mine = torch::empty({b.segment}, flat.options());
-      dp_.reduce_scatter(mine, flat, ReduceOp::Avg);
+      in_flight.push_back(dp_.reduce_scatter_async(mine, flat, ReduceOp::Avg));
       grads.push_back(mine);
     } else {
       grads.push_back(flat);
     }
   }
+  for (auto& w : in_flight) w->wait();
+  in_flight.clear();
   zero_grad();
 
   // 2. Global norm: TP-sharded parts summed over TP and DP, TP-replicated parts over DP only
@@ -180,6 +205,7 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   ++steps_;
   const double bc1 = 1.0 - std::pow(opt_.beta1, double(steps_));
   const double bc2 = 1.0 - std::pow(opt_.beta2, double(steps_));
+  Gather gathering;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
     torch::Tensor& g = grads[k];
@@ -194,8 +220,12 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
     }
     torch::Tensor denom = (b.exp_avg_sq.sqrt() / std::sqrt(bc2)).add_(opt_.eps);
     b.master.addcdiv_(b.exp_avg, denom, -lr / bc1);
-    gather_params(b);
+    // Bucket k's all-gather runs while bucket k+1 is updated; k-1's rows go into the parameters.
+    Gather next = start_gather(b);
+    if (gathering.bucket != nullptr) finish_gather(gathering);
+    gathering = std::move(next);
   }
+  if (gathering.bucket != nullptr) finish_gather(gathering);
   result.applied = true;
   return result;
 }

@@ -15,6 +15,9 @@
 // Bytes per parameter: 2 (bf16 param) + 2 (grad) + 12 / dp (master, m, v), plus one bucket's
 // fp32 staging buffer at a time: each bucket's gradients are freed once staged, so a step never
 // holds a second full-size copy of them (autocompress plan counts the same: docs/plan.md).
+// With NCCL the collectives are asynchronous (Communicator::*_async, a communication stream):
+// bucket k's reduce-scatter runs while bucket k+1 is staged, and its all-gather while bucket
+// k+1 is updated; at most two staging buffers are then alive. MPI runs them in the call.
 #pragma once
 
 #include <torch/types.h>
@@ -96,6 +99,15 @@ class ZeroAdamW {
     torch::ScalarType dtype;  // of its parameters
     torch::Tensor master, exp_avg, exp_avg_sq;  // [segment] fp32: this rank's rows
   };
+  // A bucket's parameter all-gather in flight: start it, then finish it (copy the gathered
+  // rows into the parameters) once the next bucket's update has been issued.
+  struct Gather {
+    Bucket* bucket = nullptr;
+    torch::Tensor all;
+    std::shared_ptr<Work> work;
+  };
+  Gather start_gather(Bucket& b);
+  void finish_gather(Gather& g);
   void gather_params(Bucket& b);
   int64_t owned_rows(const Slot& s, int rank) const;
 

@@ -123,8 +123,18 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
 int run_cost_validate(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   const std::string dir = vm["configs-dir"].as<std::string>();
+  // The one resolver: `--device cuda` without a GPU is refused with the reason.
+  const dist::DeviceChoice dev = dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
+  dist::apply_tf32_policy(dev);
+  std::printf("device: %s (%s)\n", dev.device.c_str(), dev.reason.c_str());
   const std::string hw_value = required(vm, "hardware", "cost validate");
+  if (dev.cuda && hw_value == search::kLocalProfileId)
+    throw InputError("--hardware", hw_value,
+                     "cpu-local is this machine's CPU profile; on " + dev.device +
+                         " validate against a profile calibrated there (cost calibrate --device cuda --out FILE)");
   ResolvedHardware res = resolve_hardware(hardware_arg(vm, hw_value, dir));
+  // A GPU's profile records no CPU, so the CPU-mismatch rule below does not apply to it.
+  if (dev.cuda) res.mismatch.clear();
   if (!res.mismatch.empty()) {
     // Validating this machine's measurements against another machine's profile measures the
     // difference between the machines, not the model: recalibrate here unless told not to.
@@ -147,6 +157,8 @@ int run_cost_validate(const po::variables_map& vm, RunContext& ctx) {
   o.sweeps = vm["sweeps"].as<int>();
   if (o.sweeps < 1) throw InputError("--sweeps", std::to_string(o.sweeps), "must be positive");
   o.dtype = cost_dtype(vm["dtype"].as<std::string>());
+  if (dev.cuda && vm["dtype"].as<std::string>() == "auto") o.dtype = "bfloat16";  // auto on CUDA (choose_dtype)
+  o.device = dev.device;
   o.threads = vm["threads"].as<int>();
   if (o.threads < 0) throw InputError("--threads", std::to_string(o.threads), "must not be negative");
   if (o.prompt_tokens < 1) throw InputError("--prompt-tokens", std::to_string(o.prompt_tokens), "must be positive");
@@ -243,8 +255,10 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "repeats", po::value<int>()->default_value(5), "timed prefills per architecture and sweep (one warm-up first)")(
           "sweeps", po::value<int>()->default_value(3),
           "passes over all architectures (load bursts from other jobs spread over all of them); medians over all")(
+          "device", po::value<std::string>()->default_value("cpu"),
+          "cpu | cuda | auto: where the architectures run (cuda: --hardware is a profile from cost calibrate --device cuda)")(
           "dtype", po::value<std::string>()->default_value("auto"),
-          "auto (bf16 where the CPU has native bf16, else f32), bfloat16, float16 or float32")(
+          "auto (bf16 on CUDA and where the CPU has native bf16, else f32), bfloat16, float16 or float32")(
           "threads", po::value<int>()->default_value(1),
           "LibTorch intra-op threads, as in the profile's calibration (1: timed by process CPU time; 0: LibTorch's default)")(
           "cache-dir", po::value<std::string>()->value_name("DIR")->default_value(default_cache_dir()),

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unistd.h>
 
+#include "dist/device.h"
 #include "dist/error.h"
 #include "dist/parallel_layout.h"
 #include "dist/runtime.h"
@@ -38,6 +39,9 @@ std::string groups_text(const std::vector<std::vector<int>>& groups) {
 
 int run_env(const po::variables_map& vm, RunContext& ctx) {
   dist::Runtime& rt = ctx.runtime;
+  // The device this rank would use, by the resolver every stage uses (`--device cuda` where it
+  // cannot be had: exit 2 on every rank, with the reason).
+  const dist::DeviceChoice dev = dist::choose_device(vm["device"].as<std::string>(), rt.local_rank());
   dist::LayoutSpec spec{vm["tp"].as<int>(), vm["dp"].as<int>(), vm["heads"].as<int>()};
   // A single process may plan for a larger world; under mpirun the grid must fit the world.
   const bool planning = rt.world_size() == 1 && spec.dp > 0;
@@ -64,7 +68,7 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
   if (vm["json"].as<bool>()) {
     std::cout << nlohmann::json{{"build", features}, {"layout", layout_json},
                                 {"mpi_thread_level", thread_level_name(rt.thread_level())},
-                                {"device", rt.device()}}
+                                {"device", dev.device}, {"device_reason", dev.reason}}
                      .dump(2)
               << "\n";
   } else {
@@ -104,7 +108,8 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
       row("dtype", "auto -> " + c["dtype_auto"].get<std::string>() + " (" + c["dtype_auto_reason"].get<std::string>() + ")");
     }
     row("World", std::to_string(rt.world_size()) + " rank(s), " + std::to_string(rt.local_size()) +
-                     " on this node (local rank from " + rt.local_rank_source() + "), device " + rt.device());
+                     " on this node (local rank from " + rt.local_rank_source() + "), device " + dev.device +
+                     " (" + dev.reason + ")");
     std::cout << "\nRank grid: TP " << grid.tp << " x DP " << grid.dp << " = " << grid.world
               << " ranks, TP fastest (Megatron order)" << (planning ? " [planned; run under mpirun to build it]" : "")
               << std::right << "\n  rank  tp_rank  dp_rank" << (planning ? "" : "  local_rank") << "\n";
@@ -132,6 +137,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
       d.add_options()("tp", po::value<int>()->default_value(1), "tensor-parallel size")(
           "dp", po::value<int>()->default_value(0), "data-parallel size (0: world size / tp; set it without mpirun to plan a grid)")(
           "heads", po::value<int>()->default_value(0), "attention heads of the model: refuse a TP size they cannot be split over")(
+          "device", po::value<std::string>()->default_value("auto")->value_name("auto|cpu|cuda"),
+          "the device to report: what it resolves to on this rank, and why")(
           "json", po::bool_switch(), "print JSON")(
           "out", po::value<std::string>()->value_name("DIR"), "also write DIR/manifest.json");
     },

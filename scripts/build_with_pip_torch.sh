@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds autocompress against the LibTorch 2.x inside a pip `torch` wheel (what clusters
-# use: CUDA LibTorch), to check that the code compiles and links against it. Not part of CI.
+# use: CUDA LibTorch), to check that the code compiles and links against it, by hand and with
+# any wheel. CI runs scripts/check_cuda_build.sh instead (a pinned wheel, -O0, the binary only).
 #
 #   scripts/build_with_pip_torch.sh [TORCH_SPEC] [BUILD_DIR]
 #     TORCH_SPEC  pip requirement, default "torch" (newest); e.g. "torch==2.5.1"

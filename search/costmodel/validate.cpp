@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "dist/device.h"
 #include "dist/omp_env.h"
 #include "dist/tensor_memory.h"
 #include "model/model.h"
@@ -171,8 +172,21 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   r.options = o;
   if (o.threads > 0) dist::set_compute_threads(o.threads);
   r.threads = torch::get_num_threads();
-  const Stopwatch clock = Stopwatch::for_device("cpu");
+  const torch::Device dev(o.device);
+  const bool cuda = dev.is_cuda();
+  const Stopwatch clock = Stopwatch::for_device(cuda ? "cuda" : "cpu");
   r.clock = clock.name();
+  // On CUDA, kernels run asynchronously: every timed span starts and ends synchronized.
+  auto sync = [&] {
+    if (cuda) dist::cuda_synchronize(dev.index());
+  };
+  // Live tensor bytes on the device being measured (CPU: the counting allocator).
+  auto live_bytes = [&] { return cuda ? dist::cuda_allocated_bytes(dev.index()) : tensor_memory::current(); };
+  auto peak_bytes = [&] { return cuda ? dist::cuda_peak_allocated_bytes(dev.index()) : tensor_memory::peak(); };
+  auto reset_peak = [&] {
+    if (cuda) dist::reset_cuda_peak(dev.index());
+    else tensor_memory::reset_peak();
+  };
   torch::manual_seed(0);
   // Sweeps: every architecture is measured once per sweep, so a burst of load from other
   // jobs spreads over all architectures instead of falling on one; each median is over the
@@ -182,48 +196,55 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     double peak = 0;
   };
   std::vector<Samples> samples(cases.size());
-  r.speed_start = probe_speed(hw, o.dtype);
+  // The machine-speed probe times CPU GEMMs (other jobs' load on a shared CPU); not on a GPU.
+  if (!cuda) r.speed_start = probe_speed(hw, o.dtype);
   for (int sweep = 0; sweep < std::max(1, o.sweeps); ++sweep)
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const auto& c = cases[ci];
       Samples& sm = samples[ci];
       model::ArchSpec spec = c.spec;
       spec.dtype = o.dtype;
-      const int64_t base = tensor_memory::current();
+      sync();
+      const int64_t base = live_bytes();
       model::ModelOptions mo;
       mo.dtype = dtype;
       std::optional<model::CausalLM> holder;
       holder.emplace(spec, model::TpGroup{}, mo);
       model::CausalLM& m = *holder;
-      m->init_weights(1234);
+      m->init_weights(1234);  // on the host (the same values on any device), then moved
+      m->to(dev);
       m->eval();
-      const auto ids = torch::randint(0, spec.vocab_size, {1, o.prompt_tokens}, torch::kLong);
-      const auto tokens = torch::randint(0, spec.vocab_size, {o.decode_steps, 1, 1}, torch::kLong);
+      const auto ids = torch::randint(0, spec.vocab_size, {1, o.prompt_tokens}, torch::kLong).to(dev);
+      const auto tokens = torch::randint(0, spec.vocab_size, {o.decode_steps, 1, 1}, torch::kLong).to(dev);
       // Serving starts here: the peak counts from the loaded model (weights) on, as a serving
       // engine's does; what initialisation needed temporarily is not part of it.
-      tensor_memory::reset_peak();
+      sync();
+      reset_peak();
       model::InferenceCache cache;
       for (int rep = 0; rep <= o.repeats; ++rep) {  // rep 0 is a warm-up
         cache = model::InferenceCache{};
         cache = m->new_cache();
+        sync();
         const auto t0 = Clock::now();
         const double c0 = clock.now();
         auto h = m->hidden_states(ids, &cache);
         (void)m->logits_local(h.slice(1, o.prompt_tokens - 1, o.prompt_tokens));
+        sync();
         if (rep > 0) sm.prefill.push_back(clock.now() - c0), sm.prefill_wall.push_back(since(t0));
       }
       for (int64_t s = 0; s < o.decode_steps; ++s) {
         const auto t0 = Clock::now();
         const double c0 = clock.now();
         (void)m->forward(tokens[s], &cache);
+        sync();
         sm.steps.push_back(clock.now() - c0);
         sm.steps_wall.push_back(since(t0));
       }
-      if (sweep == 0) sm.peak = double(tensor_memory::peak() - base);
+      if (sweep == 0) sm.peak = double(peak_bytes() - base);
       cache = model::InferenceCache{};
       holder.reset();
     }
-  r.speed_end = probe_speed(hw, o.dtype);
+  if (!cuda) r.speed_end = probe_speed(hw, o.dtype);
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const auto& c = cases[ci];
     const Samples& sm = samples[ci];
@@ -282,12 +303,16 @@ nlohmann::json ValidationResult::to_json() const {
           {"repeats", options.repeats},
           {"sweeps", options.sweeps},
           {"dtype", options.dtype},
+          {"device", options.device},
           {"threads", threads},
           {"clock", clock},
           {"timing", "per sweep over all architectures: `repeats` prefills after one warm-up and the decode steps; "
                      "medians over all sweeps"},
-          {"memory", "peak bytes of live CPU tensors (counting allocator) from the loaded model through prefill and "
-                     "decode, minus the bytes live before the model was built"},
+          {"memory", std::string(options.device == "cpu" ? "peak bytes of live CPU tensors (counting allocator)"
+                                                         : "peak bytes allocated on " + options.device +
+                                                               " (CUDA caching allocator statistics)") +
+                         " from the loaded model through prefill and decode, minus the bytes live before the model "
+                         "was built"},
           {"calibration", "the hardware profile is fitted on operator microbenchmarks only; no architecture here was "
                           "used to fit it"},
           {"rows", rows_j},
@@ -299,10 +324,11 @@ std::string ValidationResult::table() const {
   std::string out;
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "cost validate on %s, engine %s: prompt %lld, %lld decode steps, %s, %d threads; latency by %s, "
-                "median over %d sweeps of %d prefills and of the decode steps; memory: peak live tensor bytes\n",
-                hardware.c_str(), engine.c_str(), (long long)options.prompt_tokens, (long long)options.decode_steps,
-                options.dtype.c_str(), threads, clock.c_str(), options.sweeps, options.repeats);
+                "cost validate on %s, engine %s, device %s: prompt %lld, %lld decode steps, %s, %d threads; latency "
+                "by %s, median over %d sweeps of %d prefills and of the decode steps; memory: peak live tensor bytes\n",
+                hardware.c_str(), engine.c_str(), options.device.c_str(), (long long)options.prompt_tokens,
+                (long long)options.decode_steps, options.dtype.c_str(), threads, clock.c_str(), options.sweeps,
+                options.repeats);
   out += buf;
   std::snprintf(buf, sizeof buf, "%-20s %-8s %7s | %21s %6s | %21s %6s | %19s %6s\n", "architecture", "kinds",
                 "params", "prefill ms pred/meas", "err", "decode ms pred/meas", "err", "memory MB pred/meas", "err");

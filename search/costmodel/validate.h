@@ -35,6 +35,9 @@ struct ValidationOptions {
   int repeats = 5;  // timed prefills per architecture and sweep (after one warm-up)
   int sweeps = 3;   // passes over all architectures; medians over the samples of every sweep
   int threads = 1;  // LibTorch intra-op threads (0: leave LibTorch's setting); 1 times by CPU time
+  // "cpu" or "cuda:<index>": where the models run. On CUDA, latency is the wall clock around
+  // synchronized kernels and memory the caching allocator's peak of allocated bytes.
+  std::string device = "cpu";
 };
 
 struct ValidationRow {

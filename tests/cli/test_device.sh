@@ -33,6 +33,15 @@ pgrep -f "autocompress pretrain .*$T/cuda" >/dev/null && fail "a rank is still r
 expect_rc 2 "$AC_BIN" cost calibrate --device cuda --quick --out "$T/cuda.json" --memory-bytes 1e9
 expect_out "--device: cuda: $reason"
 [ -e "$T/cuda.json" ] && fail "cost calibrate wrote a profile after refusing the device"
+expect_rc 2 "$AC_BIN" cost validate --device cuda --hardware cpu-local --limit 1
+expect_out "--device: cuda: $reason"
+# `env` reports what --device resolves to, and why; `env --device cuda` is refused the same way.
+expect_rc 0 "$AC_BIN" env --device auto
+expect_out "device cpu (auto: $reason"
+expect_rc 0 "$AC_BIN" env --device cpu --json
+expect_out '"device_reason": "--device cpu"'
+expect_rc 2 "$AC_BIN" env --device cuda
+expect_out "--device: cuda: $reason"
 expect_rc 2 "$AC_BIN" pretrain $SMALL --steps 1 --out "$T/cuda" --device tpu
 expect_out "--device: tpu: expected auto, cpu or cuda"
 
