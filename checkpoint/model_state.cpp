@@ -5,7 +5,8 @@
 
 namespace ac::checkpoint {
 
-std::vector<ShardedTensor> model_tensors(model::CausalLM& m, bool write, const std::string& prefix) {
+std::vector<ShardedTensor> model_tensors(model::CausalLM& m, bool write, const std::string& prefix,
+                                         std::optional<bool> write_experts) {
   auto params = m->named_parameters(/*recurse=*/true);
   std::vector<ShardedTensor> out;
   for (const auto& s : m->shard_map()) {
@@ -19,7 +20,9 @@ std::vector<ShardedTensor> model_tensors(model::CausalLM& m, bool write, const s
       if (!s.stack) at += piece.size;
       std::vector<int64_t> offset(piece.logical_shape.size(), 0);
       if (!offset.empty()) offset[static_cast<size_t>(piece.dim)] = piece.start;
-      out.push_back({prefix + piece.logical, piece.logical_shape, offset, part.contiguous(), write});
+      // Per-expert pieces (stacked) are the routed experts.
+      out.push_back({prefix + piece.logical, piece.logical_shape, offset, part.contiguous(),
+                     s.stack ? write_experts.value_or(write) : write});
     }
   }
   return out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,10 @@ namespace ac::checkpoint {
 
 // The pieces of `model` this rank holds. `write` is false when this rank is a DP replica
 // (dp_rank != 0); TP-replicated pieces are written once (save_checkpoint keeps the lowest rank).
-std::vector<ShardedTensor> model_tensors(model::CausalLM& model, bool write, const std::string& prefix = "model/");
+// `write_experts` (default: `write`) is the same for the routed experts, which with expert
+// parallelism are held by the first expert-DP replica (dp_rank < EP), not only dp_rank 0.
+std::vector<ShardedTensor> model_tensors(model::CausalLM& model, bool write, const std::string& prefix = "model/",
+                                         std::optional<bool> write_experts = std::nullopt);
 
 // Fills `model` (any TP size) from a checkpoint. A missing tensor or a shape that differs
 // from the model's ArchSpec throws ac::InputError naming the file and dataset.

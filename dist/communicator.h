@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ac::dist {
 
@@ -46,6 +47,12 @@ class Communicator {
   // groups of one) run the blocking call and return a finished Work.
   virtual std::shared_ptr<Work> reduce_scatter_async(at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum);
   virtual std::shared_ptr<Work> all_gather_async(at::Tensor& out, const at::Tensor& in);
+  // Rows (dim 0) with a count per peer, as MPI_Alltoallv: `in` holds send_counts[r] rows for
+  // rank r, one rank after another; `out` receives recv_counts[r] rows from rank r in rank
+  // order (MoE token dispatch and combine; counts differ per rank and step). Same dtype and
+  // trailing shape on both sides.
+  virtual void all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& recv_counts,
+                          const std::vector<int64_t>& send_counts) = 0;
 };
 
 namespace detail {
@@ -61,6 +68,11 @@ inline std::shared_ptr<Work> Communicator::all_gather_async(at::Tensor& out, con
   all_gather(out, in);
   return std::make_shared<detail::FinishedWork>();
 }
+
+// Checks all_to_all's arguments for a group of `size` (throws std::invalid_argument saying
+// what does not match); returns the bytes of one row.
+int64_t check_all_to_all(const at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& recv_counts,
+                         const std::vector<int64_t>& send_counts, int size);
 
 // Duplicates `comm`, so the communicator owns its own MPI context.
 std::shared_ptr<Communicator> make_mpi_communicator(MPI_Comm comm);

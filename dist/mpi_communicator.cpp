@@ -126,6 +126,31 @@ class MpiCommunicator final : public Communicator {
 
   void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
 
+  void all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& recv_counts,
+                  const std::vector<int64_t>& send_counts) override {
+    check_cpu(in, "all_to_all");
+    check_cpu(out, "all_to_all");
+    const int64_t row_bytes = check_all_to_all(out, in, recv_counts, send_counts, size_);
+    at::Tensor src = in.contiguous();
+    at::Tensor dst = out.is_contiguous() ? out : out.contiguous();
+    // Counts and displacements in rows of one derived type: int counts reach 2^31 rows.
+    const size_t n = static_cast<size_t>(size_);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    int64_t so = 0, ro = 0;
+    for (size_t r = 0; r < n; ++r) {
+      if (so + send_counts[r] > INT_MAX || ro + recv_counts[r] > INT_MAX)
+        throw std::invalid_argument("all_to_all: more than 2^31 rows");
+      sc[r] = int(send_counts[r]), sd[r] = int(so), rc[r] = int(recv_counts[r]), rd[r] = int(ro);
+      so += send_counts[r], ro += recv_counts[r];
+    }
+    MPI_Datatype row = byte_block_type(row_bytes);
+    const int rc_ = MPI_Alltoallv(src.data_ptr(), sc.data(), sd.data(), row, dst.data_ptr(), rc.data(), rd.data(), row,
+                                  comm_);
+    MPI_Type_free(&row);
+    check_mpi(rc_, "MPI_Alltoallv");
+    if (!dst.is_same(out)) out.copy_(dst);
+  }
+
  private:
   void all_reduce_native(at::Tensor& c, ReduceOp op) {
     MPI_Datatype type = mpi_type(c.scalar_type());
@@ -197,10 +222,34 @@ class SelfCommunicator final : public Communicator {
     if (root != 0) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " outside a group of 1");
   }
   void barrier() override {}
+  void all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& recv_counts,
+                  const std::vector<int64_t>& send_counts) override {
+    check_all_to_all(out, in, recv_counts, send_counts, 1);
+    out.copy_(in);
+  }
 };
 }  // namespace
 
 std::shared_ptr<Communicator> make_self_communicator() { return std::make_shared<SelfCommunicator>(); }
+
+int64_t check_all_to_all(const at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& recv_counts,
+                   const std::vector<int64_t>& send_counts, int size) {
+  if (out.scalar_type() != in.scalar_type()) throw std::invalid_argument("all_to_all: dtypes differ");
+  if (in.dim() < 1 || out.dim() != in.dim() || out.sizes().slice(1) != in.sizes().slice(1))
+    throw std::invalid_argument("all_to_all: in and out must be [rows, ...] with the same trailing shape");
+  if (recv_counts.size() != size_t(size) || send_counts.size() != size_t(size))
+    throw std::invalid_argument("all_to_all: one count per rank of the group of " + std::to_string(size));
+  int64_t s = 0, r = 0;
+  for (int i = 0; i < size; ++i) s += send_counts[size_t(i)], r += recv_counts[size_t(i)];
+  if (s != in.size(0) || r != out.size(0))
+    throw std::invalid_argument("all_to_all: counts sum to " + std::to_string(s) + " sent / " + std::to_string(r) +
+                                " received rows, tensors have " + std::to_string(in.size(0)) + " / " +
+                                std::to_string(out.size(0)));
+  int64_t row = in.element_size();
+  for (int64_t d = 1; d < in.dim(); ++d) row *= in.size(d);
+  return row;
+}
+
 
 #if !AC_HAVE_NCCL
 bool nccl_available() { return false; }

@@ -216,6 +216,25 @@ class NcclCommunicator final : public Communicator {
     });
     if (!c.is_same(t)) t.copy_(c);
   }
+  // Grouped point-to-point send/recv (NCCL has no all-to-all-v): one group, so the 2 x size
+  // operations are issued together and cannot deadlock on their order.
+  void all_to_all(at::Tensor& out, const at::Tensor& in, const std::vector<int64_t>& recv_counts,
+                  const std::vector<int64_t>& send_counts) override {
+    const int64_t row = check_all_to_all(out, in, recv_counts, send_counts, size_);
+    at::Tensor src = prepare(in, "all_to_all");
+    at::Tensor dst = prepare(out, "all_to_all");
+    auto* sp = static_cast<char*>(src.data_ptr());
+    auto* rp = static_cast<char*>(dst.data_ptr());
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < size_; ++r) {
+      const size_t sb = size_t(send_counts[size_t(r)] * row), rb = size_t(recv_counts[size_t(r)] * row);
+      if (sb) check_nccl(ncclSend(sp, sb, ncclUint8, r, comm_, stream()), "ncclSend");
+      if (rb) check_nccl(ncclRecv(rp, rb, ncclUint8, r, comm_, stream()), "ncclRecv");
+      sp += sb, rp += rb;
+    }
+    check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+    if (!dst.is_same(out)) out.copy_(dst);
+  }
   void barrier() override {
     // A one-element all-reduce on the stream, then wait for it: every rank has arrived. A peer
     // that never arrives leaves this host thread in the synchronize; the watchdog ends it.

@@ -15,9 +15,10 @@ int64_t rows_of(const torch::Tensor& p) { return p.dim() == 0 ? 1 : p.size(0); }
 torch::Tensor as_rows(const torch::Tensor& p) { return p.view({rows_of(p), -1}); }
 }  // namespace
 
-ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communicator* tp, AdamWOptions options)
-    : params_(std::move(params)), dp_(dp), tp_(tp), opt_(options) {
-  const int dp_size = dp_.size(), me = dp_.rank();
+ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communicator* tp, AdamWOptions options,
+                     ExpertGroups experts)
+    : params_(std::move(params)), dp_(dp), tp_(tp), opt_(options), experts_(experts) {
+  if (experts_.edp && !experts_.ep) throw std::invalid_argument("ZeroAdamW: an expert-DP group needs its EP group");
   where_.resize(params_.size());
   // Group consecutive parameters of one dtype into buckets of ~bucket_bytes (fp32, all ranks).
   Bucket cur;
@@ -30,10 +31,16 @@ ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communica
     const torch::Tensor& p = params_[i].param;
     if (!p.defined()) throw std::invalid_argument("ZeroAdamW: parameter " + params_[i].name + " is undefined");
     if (!p.is_contiguous()) throw std::invalid_argument("ZeroAdamW: parameter " + params_[i].name + " is not contiguous");
-    if (!cur.slots.empty() && (cur.dtype != p.scalar_type() ||
+    Communicator& group = comm_of(i);
+    const int dp_size = group.size();
+    if (!cur.slots.empty() && (cur.dtype != p.scalar_type() || cur.comm != &group ||
                                (cur.segment * dp_size * 4) >= static_cast<int64_t>(opt_.bucket_bytes)))
       close();
-    if (cur.slots.empty()) cur.dtype = p.scalar_type();
+    if (cur.slots.empty()) {
+      cur.dtype = p.scalar_type();
+      cur.comm = &group;
+      cur.expert = &group != &dp_;
+    }
     Slot s;
     s.param = i;
     const int64_t rows = rows_of(p);
@@ -48,6 +55,7 @@ ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communica
 
   torch::NoGradGuard no_grad;
   for (Bucket& b : buckets_) {
+    const int me = b.comm->rank();
     const auto f32 = params_[b.slots.front().param].param.options().dtype(torch::kFloat);
     b.master = torch::zeros({b.segment}, f32);
     b.exp_avg = torch::zeros({b.segment}, f32);
@@ -62,6 +70,10 @@ ZeroAdamW::ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communica
   }
 }
 
+Communicator& ZeroAdamW::comm_of(size_t i) const {
+  return params_[i].expert && experts_.edp ? *experts_.edp : dp_;
+}
+
 int64_t ZeroAdamW::owned_rows(const Slot& s, int rank) const {
   const int64_t rows = rows_of(params_[s.param].param);
   const int64_t start = rank * s.rows_per_rank;
@@ -74,8 +86,8 @@ ZeroAdamW::Shard ZeroAdamW::shard(size_t i) const {
   const Slot& s = b.slots[si];
   const torch::Tensor& p = params_[i].param;
   Shard out;
-  out.row_start = dp_.rank() * s.rows_per_rank;
-  out.rows = owned_rows(s, dp_.rank());
+  out.row_start = b.comm->rank() * s.rows_per_rank;
+  out.rows = owned_rows(s, b.comm->rank());
   std::vector<int64_t> shape = p.sizes().vec();
   if (shape.empty()) shape = {1};
   shape[0] = out.rows;
@@ -94,14 +106,14 @@ void ZeroAdamW::zero_grad() {
 
 ZeroAdamW::Gather ZeroAdamW::start_gather(Bucket& b) {
   torch::NoGradGuard no_grad;
-  const int dp_size = dp_.size();
+  const int dp_size = b.comm->size();
   Gather g;
   g.bucket = &b;
   torch::Tensor mine = b.master.to(b.dtype);
   g.all = mine;
   if (dp_size > 1) {
     g.all = torch::empty({b.segment * dp_size}, mine.options());
-    g.work = dp_.all_gather_async(g.all, mine);
+    g.work = b.comm->all_gather_async(g.all, mine);
   }
   return g;
 }
@@ -110,7 +122,7 @@ void ZeroAdamW::finish_gather(Gather& g) {
   torch::NoGradGuard no_grad;
   if (g.work) g.work->wait();
   const Bucket& b = *g.bucket;
-  for (int r = 0; r < dp_.size(); ++r) {
+  for (int r = 0; r < b.comm->size(); ++r) {
     for (const Slot& s : b.slots) {
       const int64_t rows = owned_rows(s, r);
       if (rows == 0) continue;
@@ -132,7 +144,6 @@ void ZeroAdamW::sync_params_from_master() {
 
 StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   torch::NoGradGuard no_grad;
-  const int dp_size = dp_.size();
   // 1. Average gradients over DP; each rank keeps the fp32 rows it owns. One bucket's
   // staging buffer lives at a time, and the bucket's gradients are freed as soon as they are
   // staged: the step's peak is the gradients plus one bucket, not two full copies.
@@ -146,6 +157,7 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
       in_flight.front()->wait();
       in_flight.pop_front();
     }
+    const int dp_size = b.comm->size();
     torch::Tensor flat = torch::empty({b.segment * dp_size}, b.master.options());
     for (int r = 0; r < dp_size; ++r) {
       for (const Slot& s : b.slots) {
@@ -165,7 +177,7 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
     }
     if (dp_size > 1) {
       torch::Tensor mine = torch::empty({b.segment}, flat.options());
-      in_flight.push_back(dp_.reduce_scatter_async(mine, flat, ReduceOp::Avg));
+      in_flight.push_back(b.comm->reduce_scatter_async(mine, flat, ReduceOp::Avg));
       grads.push_back(mine);
     } else {
       grads.push_back(flat);
@@ -173,25 +185,38 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   }
   for (auto& w : in_flight) w->wait();
   in_flight.clear();
+  // Expert gradients hold the EP group's tokens summed: / EP makes the mean over all of DP
+  // (after the waits: an async reduce-scatter may still be writing them before).
+  for (size_t k = 0; k < buckets_.size(); ++k)
+    if (buckets_[k].expert) grads[k].div_(double(experts_.ep->size()));
   zero_grad();
 
   // 2. Global norm: TP-sharded parts summed over TP and DP, TP-replicated parts over DP only
-  // (per parameter, fp32 dot products accumulated in double).
+  // (per parameter, fp32 dot products accumulated in double); with expert groups, expert parts
+  // over EDP and EP, then over TP with the sharded part.
   // The sums stay on the device (one host read for the norm, not one per parameter).
   const torch::Device dev = buckets_.empty() ? torch::Device(torch::kCPU) : buckets_.front().master.device();
-  torch::Tensor sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
+  torch::Tensor sums = torch::zeros({experts_.edp ? 3 : 2}, torch::TensorOptions().dtype(torch::kDouble).device(dev));
   torch::Tensor sharded = sums.narrow(0, 0, 1), replicated = sums.narrow(0, 1, 1);
-  const int me = dp_.rank();
   for (size_t k = 0; k < buckets_.size(); ++k) {
+    const int me = buckets_[k].comm->rank();
     for (const Slot& s : buckets_[k].slots) {
       const int64_t n = owned_rows(s, me) * s.row_numel;
       if (n == 0) continue;
       const torch::Tensor g = grads[k].narrow(0, s.offset, n);
-      (params_[s.param].tp_replicated ? replicated : sharded).add_(torch::dot(g, g).to(torch::kDouble));
+      (buckets_[k].expert ? sums.narrow(0, 2, 1) : params_[s.param].tp_replicated ? replicated : sharded)
+          .add_(torch::dot(g, g).to(torch::kDouble));
     }
   }
-  if (dp_size > 1) dp_.all_reduce(sums, ReduceOp::Sum);
+  torch::Tensor dense = experts_.edp ? sums.narrow(0, 0, 2) : sums;
+  if (dp_.size() > 1) dp_.all_reduce(dense, ReduceOp::Sum);
   torch::Tensor tp_part = sums.narrow(0, 0, 1).clone();
+  if (experts_.edp) {
+    torch::Tensor ex = sums.narrow(0, 2, 1).clone();
+    if (experts_.edp->size() > 1) experts_.edp->all_reduce(ex, ReduceOp::Sum);
+    if (experts_.ep->size() > 1) experts_.ep->all_reduce(ex, ReduceOp::Sum);
+    tp_part.add_(ex);
+  }
   if (tp_ && tp_->size() > 1) tp_->all_reduce(tp_part, ReduceOp::Sum);
   const torch::Tensor host = torch::cat({tp_part, sums.narrow(0, 1, 1)}).to(torch::kCPU);
   StepResult result;
@@ -208,6 +233,7 @@ StepResult ZeroAdamW::step(double lr, double max_grad_norm) {
   Gather gathering;
   for (size_t k = 0; k < buckets_.size(); ++k) {
     Bucket& b = buckets_[k];
+    const int me = b.comm->rank();
     torch::Tensor& g = grads[k];
     if (coef != 1.0) g.mul_(coef);
     b.exp_avg.mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);

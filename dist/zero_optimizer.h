@@ -12,6 +12,9 @@
 // each bucket's flat buffer is laid out rank-major (all of rank 0's rows of the bucket's
 // parameters, then rank 1's, ...), so one reduce-scatter leaves each rank its own gradient
 // rows contiguously and one all-gather (in the parameters' dtype) returns the updated rows.
+// With expert parallelism the routed experts' parameters form a second group: their rows are
+// sharded (and their gradients reduced) over the expert-data-parallel group, the ranks that
+// hold the same experts, and the rest over DP (Megatron's expert DP).
 // Bytes per parameter: 2 (bf16 param) + 2 (grad) + 12 / dp (master, m, v), plus one bucket's
 // fp32 staging buffer at a time: each bucket's gradients are freed once staged, so a step never
 // holds a second full-size copy of them (autocompress plan counts the same: docs/plan.md).
@@ -44,6 +47,16 @@ struct OptimParam {
   torch::Tensor param;          // the model's parameter (f32 or bf16), a leaf that gets .grad
   bool decay = true;            // weight decay applies (not to norms and biases)
   bool tp_replicated = false;   // identical on every TP rank: counted once in the gradient norm
+  bool expert = false;          // a routed expert's parameter (see ExpertGroups)
+};
+
+// Expert parallelism (EP > 1): expert parameters are sharded over `edp` (DP / EP ranks holding
+// the same experts). Each holder's gradient already sums the EP group's tokens (the all-to-all's
+// backward), so it is averaged over EDP and divided by EP: the DP mean of the dense parameters.
+// The gradient norm sums expert parts over EDP, EP and TP, each expert once.
+struct ExpertGroups {
+  Communicator* edp = nullptr;  // null: no expert group (EP 1: experts are ordinary parameters)
+  Communicator* ep = nullptr;
 };
 
 struct StepResult {
@@ -56,7 +69,8 @@ class ZeroAdamW {
   // dp: the data-parallel group the state is sharded over; tp: the tensor-parallel group
   // (may be null at TP = 1), used only for the global gradient norm. Every rank of a DP
   // group must pass the same parameter list (names, shapes, dtypes, order).
-  ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communicator* tp, AdamWOptions options = {});
+  ZeroAdamW(std::vector<OptimParam> params, Communicator& dp, Communicator* tp, AdamWOptions options = {},
+            ExpertGroups experts = {});
 
   // One optimizer step: averages gradients over DP (reduce-scatter), computes the global
   // norm, skips the step when it is not finite, clips to max_grad_norm (<= 0: no clipping),
@@ -95,6 +109,8 @@ class ZeroAdamW {
   };
   struct Bucket {
     std::vector<Slot> slots;
+    Communicator* comm = nullptr;  // DP, or the expert-DP group for expert parameters
+    bool expert = false;
     int64_t segment = 0;      // elements per rank
     torch::ScalarType dtype;  // of its parameters
     torch::Tensor master, exp_avg, exp_avg_sq;  // [segment] fp32: this rank's rows
@@ -110,11 +126,13 @@ class ZeroAdamW {
   void finish_gather(Gather& g);
   void gather_params(Bucket& b);
   int64_t owned_rows(const Slot& s, int rank) const;
+  Communicator& comm_of(size_t param) const;
 
   std::vector<OptimParam> params_;
   Communicator& dp_;
   Communicator* tp_;
   AdamWOptions opt_;
+  ExpertGroups experts_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> where_;  // param -> (bucket, slot)
   int64_t steps_ = 0;

@@ -1,13 +1,15 @@
 // The loss component (see objective.h).
 #include "distill/objective.h"
 
+#include "model/recompute.h"
+
 #include "dist/tensor_parallel.h"
 
 namespace ac::distill {
 
-Forward forward_logits(model::CausalLM& m, const torch::Tensor& input) {
+Forward forward_logits(model::CausalLM& m, const torch::Tensor& input, bool recompute) {
   Forward f;
-  f.hidden = m->hidden_states(input);
+  f.hidden = recompute ? model::hidden_states_recomputed(m, input) : m->hidden_states(input);
   torch::Tensor l = m->logits_local(f.hidden);
   f.logits = l.reshape({l.size(0) * l.size(1), l.size(2)});
   return f;

@@ -18,7 +18,9 @@ namespace ac::distill {
 struct Forward {
   torch::Tensor hidden, logits;
 };
-Forward forward_logits(model::CausalLM& m, const torch::Tensor& input);
+// recompute: the layers' activations are recomputed in the backward (model/recompute.h,
+// `--recompute full`) instead of kept.
+Forward forward_logits(model::CausalLM& m, const torch::Tensor& input, bool recompute = false);
 
 // Sums of the loss terms over micro-batches (reported as means by the caller).
 struct LossParts {

@@ -33,9 +33,10 @@ RunDevice choose_run_device(const std::string& device, int local_rank, const std
   return d;
 }
 
-nlohmann::json layout_json(const dist::ParallelLayout& layout, const RunDevice& d) {
+nlohmann::json layout_json(const dist::ParallelLayout& layout, const RunDevice& d, int etp) {
   return {{"world", layout.world_size()},       {"tp", layout.tp_size()},
-          {"dp", layout.dp_size()},             {"dtype", d.dtype_choice.dtype},
+          {"dp", layout.dp_size()},             {"ep", layout.ep_size()},
+          {"etp", etp},                         {"dtype", d.dtype_choice.dtype},
           {"dtype_reason", d.dtype_choice.reason}, {"device", d.choice.device},
           {"device_reason", d.choice.reason},   {"backend", d.choice.backend()},
           {"tf32", d.tf32}};
@@ -69,12 +70,14 @@ data::DataCursor restore_cursor(const nlohmann::json& attributes, const data::Bl
 
 // ---- models ---------------------------------------------------------------------------------------
 
-model::CausalLM load_frozen_teacher(const std::string& path, const model::TpGroup& tp, torch::Dtype dtype) {
+model::CausalLM load_frozen_teacher(const std::string& path, const model::TpGroup& tp, torch::Dtype dtype,
+                                    const model::EpGroup& ep) {
   checkpoint::CheckpointReader r(path);
   const model::ArchSpec spec = checkpoint::checkpoint_arch(r);
-  if (const std::string why = model::tp_split_problem(spec, tp.size()); !why.empty())
-    throw InputError(path, "arch_spec (--tp " + std::to_string(tp.size()) + ")", why);
-  model::CausalLM m(spec, tp, model::ModelOptions{dtype});
+  if (const std::string why = model::tp_split_problem(spec, tp.size(), ep.size(), ep.expert_tp); !why.empty())
+    throw InputError(path, "arch_spec (--tp " + std::to_string(tp.size()) + (ep.size() > 1 ? " --ep " + std::to_string(ep.size()) : "") +
+                               (ep.expert_tp ? " --etp " + std::to_string(tp.size()) : "") + ")", why);
+  model::CausalLM m(spec, tp, model::ModelOptions{dtype, ep});
   checkpoint::load_model(m, r);
   m->eval();
   for (auto& p : m->parameters()) p.requires_grad_(false);

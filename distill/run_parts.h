@@ -40,8 +40,9 @@ struct RunDevice {
 // `--device`, `--dtype` resolved (dist::choose_device / choose_dtype), the TF32 policy applied.
 // Call it first: `--device cuda` where there is none stops every rank before any model.
 RunDevice choose_run_device(const std::string& device, int local_rank, const std::string& dtype);
-// What the manifest and the checkpoints record of the layout and device.
-nlohmann::json layout_json(const dist::ParallelLayout& layout, const RunDevice& d);
+// What the manifest and the checkpoints record of the layout (with the expert-TP size `etp`)
+// and device.
+nlohmann::json layout_json(const dist::ParallelLayout& layout, const RunDevice& d, int etp = 1);
 
 // ---- data and cursor ---------------------------------------------------------------------------
 
@@ -76,7 +77,9 @@ data::DataCursor restore_cursor(const nlohmann::json& attributes, const data::Bl
 // The teacher checkpoint `path` (file or directory with `latest`) as a frozen model sharded
 // over `tp` at `dtype`: eval mode, no parameter requires grad. A teacher that cannot split
 // over the TP size throws ac::InputError naming the file.
-model::CausalLM load_frozen_teacher(const std::string& path, const model::TpGroup& tp, torch::Dtype dtype);
+// `ep`: the expert-parallel group its MoE layers use (the trainer's; default EP 1).
+model::CausalLM load_frozen_teacher(const std::string& path, const model::TpGroup& tp, torch::Dtype dtype,
+                                    const model::EpGroup& ep = {});
 
 // ---- checkpoint and resume ---------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "checkpoint/checkpoint.h"
@@ -36,6 +37,7 @@
 #include "distill/weight_optimizer.h"
 #include "model/arch_spec.h"
 #include "model/model.h"
+#include "model/recompute.h"
 #include "dist/cpu_features.h"
 #include "dist/device.h"
 
@@ -90,6 +92,8 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   if (cfg.steps <= 0) throw InputError("--steps", "value", "must be positive");
   if (cfg.seq_len <= 0 || cfg.micro_batch <= 0 || cfg.grad_accum <= 0)
     throw InputError("--seq-len/--micro-batch/--grad-accum", "value", "must be positive");
+  if (cfg.recompute != "none" && cfg.recompute != "full")
+    throw InputError("--recompute", cfg.recompute, "expected none or full");
   if (cfg.intermediate != "none" && cfg.intermediate != "cosine" && cfg.intermediate != "mse")
     throw InputError("--intermediate", "value", "\"" + cfg.intermediate + "\" is not none, cosine or mse");
   if (cfg.dtype == "f16" || cfg.dtype == "float16")
@@ -101,13 +105,33 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   // ---- layout and models --------------------------------------------------------------
   model::ArchSpec spec = model::load_arch(cfg.student);
   // Collectives on CUDA tensors go through NCCL, on CPU tensors through MPI.
-  dist::ParallelLayout layout(world, {cfg.tp, 0, 0}, rd.choice.backend(), std::max(0, rd.choice.index));
-  if (const std::string why = model::tp_split_problem(spec, layout.tp_size()); !why.empty())
-    throw InputError(cfg.student, "--tp " + std::to_string(layout.tp_size()), why);
+  dist::ParallelLayout layout(world, {cfg.tp, 0, 0, cfg.ep}, rd.choice.backend(), std::max(0, rd.choice.index));
+  if (cfg.etp != 1 && cfg.etp != cfg.tp)
+    throw InputError("--etp", std::to_string(cfg.etp),
+                     "must be 1 (whole experts over the TP ranks) or the TP size " + std::to_string(cfg.tp) +
+                         " (each expert's FFN width over the TP ranks)");
+  const bool expert_tp = cfg.etp > 1;
+  const std::string layout_opts = "--tp " + std::to_string(cfg.tp) + (cfg.ep > 1 ? " --ep " + std::to_string(cfg.ep) : "") +
+                                  (expert_tp ? " --etp " + std::to_string(cfg.etp) : "");
+  if (const std::string why = model::tp_split_problem(spec, layout.tp_size(), cfg.ep, expert_tp); !why.empty())
+    throw InputError(cfg.student, layout_opts, why);
+  auto has_moe = [](const model::ArchSpec& a) {
+    return std::any_of(a.layers.begin(), a.layers.end(), [](const model::LayerSpec& l) { return bool(l.moe); });
+  };
+  auto refuse_ep_without_experts = [&](bool any_moe) {
+    if (cfg.ep > 1 && !any_moe)
+      throw InputError("--ep", std::to_string(cfg.ep),
+                       cfg.distill ? "neither the student nor the teacher has MoE layers to spread over EP ranks"
+                                   : "the model has no MoE layers to spread over EP ranks");
+  };
+  if (!cfg.distill) refuse_ep_without_experts(has_moe(spec));
   const bool root = layout.world_rank() == 0;
   const int dp_rank = layout.dp_rank(), dp = layout.dp_size();
   model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), rd.choice)};
-  const nlohmann::json layout_j = layout_json(layout, rd);
+  model::EpGroup ep;
+  if (cfg.ep > 1) ep.comm = dist::make_device_communicator(layout.ep_mpi_comm(), rd.choice);
+  ep.expert_tp = expert_tp;
+  const nlohmann::json layout_j = layout_json(layout, rd, cfg.etp);
   if (on_layout) on_layout(layout_j);
 
   // Count live CPU tensor bytes from here on: each metrics line carries the largest rank's peak
@@ -123,13 +147,14 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     teacher_path = checkpoint::resolve_checkpoint(cfg.teacher);
     checkpoint::CheckpointReader tr(teacher_path);
     teacher_spec = checkpoint::checkpoint_arch(tr);
-    if (const std::string why = model::tp_split_problem(teacher_spec, layout.tp_size()); !why.empty())
-      throw InputError(teacher_path, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
+    if (const std::string why = model::tp_split_problem(teacher_spec, layout.tp_size(), cfg.ep, expert_tp); !why.empty())
+      throw InputError(teacher_path, "arch_spec (" + layout_opts + ")", why);
     if (teacher_spec.vocab_size != spec.vocab_size)
       throw InputError(cfg.student, "vocab_size",
                        std::to_string(spec.vocab_size) + " differs from the teacher's " +
                            std::to_string(teacher_spec.vocab_size) + " (" + teacher_path + ")");
-    teacher.emplace(load_frozen_teacher(teacher_path, tp, dtype));
+    refuse_ep_without_experts(has_moe(spec) || has_moe(teacher_spec));
+    teacher.emplace(load_frozen_teacher(teacher_path, tp, dtype, ep));
     (*teacher)->to(device);
   }
 
@@ -137,7 +162,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   const std::string metrics_path = cfg.out + "/metrics.jsonl";
   const bool resuming = checkpoints.resuming();
 
-  model::CausalLM student(spec, tp, model::ModelOptions{dtype});
+  model::CausalLM student(spec, tp, model::ModelOptions{dtype, ep});
   if (!resuming && !cfg.student_init.empty()) {  // before the optimizer takes its fp32 masters
     const std::string path = checkpoint::resolve_checkpoint(cfg.student_init);
     checkpoint::CheckpointReader r(path);
@@ -166,7 +191,9 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   ocfg.lr = cfg.lr, ocfg.min_lr = cfg.min_lr, ocfg.warmup = cfg.warmup, ocfg.steps = cfg.steps;
   ocfg.weight_decay = cfg.weight_decay, ocfg.beta1 = cfg.beta1, ocfg.beta2 = cfg.beta2, ocfg.eps = cfg.eps;
   ocfg.clip_grad = cfg.clip_grad, ocfg.max_skipped = cfg.max_skipped;
-  WeightOptimizer opt(student, std::move(extra), layout.dp(), &layout.tp(), layout.tp_size(), ocfg);
+  dist::ExpertGroups expert_groups;
+  if (cfg.ep > 1) expert_groups = {&layout.edp(), &layout.ep()};
+  WeightOptimizer opt(student, std::move(extra), layout.dp(), &layout.tp(), layout.tp_size(), ocfg, expert_groups);
 
   // ---- data ---------------------------------------------------------------------------
   const TokenData token_data(cfg.data, cfg.split, cfg.seq_len, cfg.seed);
@@ -211,7 +238,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   DistillObjective objective(*tp.comm, spec.vocab_size, lcfg, inter);
   auto batch_loss = [&](data::DataLoader& batches, LossParts& parts) {
     const Batch b = next_batch(batches, cfg.micro_batch, cfg.seq_len, device);
-    const Forward s = forward_logits(student, b.input);
+    const Forward s = forward_logits(student, b.input, cfg.recompute == "full");
     Forward t;
     if (objective.kd()) {
       torch::NoGradGuard ng;
@@ -229,7 +256,8 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
 
   // ---- checkpoint -----------------------------------------------------------------------
   auto save = [&](const char* why) {
-    std::vector<checkpoint::ShardedTensor> tensors = checkpoint::model_tensors(student, dp_rank == 0);
+    std::vector<checkpoint::ShardedTensor> tensors =
+        checkpoint::model_tensors(student, dp_rank == 0, "model/", layout.edp_rank() == 0);
     for (auto& t : opt.tensors()) tensors.push_back(std::move(t));
     if (use_inter) {
       for (const auto& item : inter->named_parameters(true))
@@ -284,7 +312,10 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                                  (cfg.distill ? model::prefill_flops_per_token(teacher_spec, cfg.seq_len) : 0.0);
   if (root) {
     std::cout << (cfg.distill ? "distill" : "pretrain") << ": " << student->logical_parameter_count()
-              << " student parameters, TP " << layout.tp_size() << " x DP " << dp << ", " << tokens_per_step
+              << " student parameters, TP " << layout.tp_size() << " x DP " << dp
+              << (cfg.ep > 1 ? ", experts over EP " + std::to_string(cfg.ep) : "")
+              << (expert_tp ? ", expert FFN over ETP " + std::to_string(cfg.etp) : "")
+              << (cfg.recompute == "full" ? ", recompute full" : "") << ", " << tokens_per_step
               << " tokens per step, steps " << step << " -> " << cfg.steps << "\n"
               << "device: " << rd.choice.device << " (" << rd.choice.reason << "), collectives "
               << rd.choice.backend() << (rd.choice.cuda ? (rd.tf32 ? ", TF32 allowed" : ", TF32 off") : "") << "\n"

@@ -1,5 +1,5 @@
 // The distillation trainer: a frozen TP-sharded teacher and a student in the same job,
-// TP x DP, ZeRO-1 AdamW, KD loss over the vocabulary-parallel logits (plus optional
+// TP x DP (experts also over EP, folded onto DP), ZeRO-1 AdamW, KD loss over the vocabulary-parallel logits (plus optional
 // cross-entropy and hidden-state terms), gradient accumulation, periodic eval, JSONL
 // metrics, checkpoints every N steps and on SIGUSR1/SIGTERM, exact resume from `latest`.
 // With `distill = false` it is the pretraining trainer (cross-entropy only), used to make
@@ -34,6 +34,15 @@ struct TrainerConfig {
   std::string device = "auto";
   int local_rank = 0;
   int tp = 1;
+  // Expert parallelism of the MoE layers (student and teacher), folded onto the DP ranks: must
+  // divide DP; every MoE layer's experts must divide over TP x EP.
+  int ep = 1;
+  // Expert tensor parallelism: 1 (whole experts over the TP ranks) or TP (each expert's FFN
+  // width over the TP ranks, Megatron's default ETP = TP; then experts must divide over EP only).
+  int etp = 1;
+  // Activation recomputation of the student: none | full (every decoder layer keeps only its
+  // input and runs its forward again in the backward; model/recompute.h).
+  std::string recompute = "none";
   // Data
   std::vector<std::string> data;  // PATH or WEIGHT:PATH (Megatron prefix or .h5 token store)
   std::string split = "98,1,1";

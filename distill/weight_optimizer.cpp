@@ -3,6 +3,7 @@
 
 #include <iomanip>
 #include <map>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -11,7 +12,8 @@
 namespace ac::distill {
 
 WeightOptimizer::WeightOptimizer(model::CausalLM model, std::vector<dist::OptimParam> extra, dist::Communicator& dp,
-                                 dist::Communicator* tp, int tp_size, const WeightOptimConfig& config)
+                                 dist::Communicator* tp, int tp_size, const WeightOptimConfig& config,
+                                 dist::ExpertGroups experts)
     : model_(std::move(model)),
       cfg_(config),
       sched_{config.lr, config.min_lr, config.warmup, std::max<int64_t>(1, config.steps - config.warmup)} {
@@ -19,6 +21,8 @@ WeightOptimizer::WeightOptimizer(model::CausalLM model, std::vector<dist::OptimP
   std::map<std::string, const model::ParamShard*> shard_of;
   for (const auto& s : model_map) shard_of[s.param] = &s;
   std::vector<dist::OptimParam> oparams;
+  std::set<const void*> routed;  // routed experts: sharded over expert DP at EP > 1
+  for (const auto& p : model_->expert_parameters()) routed.insert(p.unsafeGetTensorImpl());
   for (const auto& item : model_->named_parameters(true)) {
     const torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;
@@ -29,7 +33,7 @@ WeightOptimizer::WeightOptimizer(model::CausalLM model, std::vector<dist::OptimP
         if (it->second->stack || piece.size != full) replicated = false;
       }
     }
-    oparams.push_back({item.key(), p, p.dim() >= 2, replicated || tp_size == 1});
+    oparams.push_back({item.key(), p, p.dim() >= 2, replicated || tp_size == 1, routed.count(p.unsafeGetTensorImpl()) > 0});
   }
   for (auto& e : extra) oparams.push_back(std::move(e));
   dist::AdamWOptions aopts;
@@ -37,7 +41,7 @@ WeightOptimizer::WeightOptimizer(model::CausalLM model, std::vector<dist::OptimP
   aopts.beta2 = cfg_.beta2;
   aopts.eps = cfg_.eps;
   aopts.weight_decay = cfg_.weight_decay;
-  opt_ = std::make_unique<dist::ZeroAdamW>(oparams, dp, tp, aopts);
+  opt_ = std::make_unique<dist::ZeroAdamW>(oparams, dp, tp, aopts, experts);
   opt_map_ = checkpoint::optimizer_shard_map(*opt_, model_map);
 }
 

@@ -31,9 +31,11 @@ struct WeightOptimConfig {
 class WeightOptimizer {
  public:
   // `model`'s parameters that require grad, then `extra` (always TP-replicated), sharded over
-  // `dp`; `tp` (null at TP = 1) counts TP-sharded gradients once in the norm.
+  // `dp`; `tp` (null at TP = 1) counts TP-sharded gradients once in the norm. With expert
+  // parallelism (`experts.edp` set) the model's routed experts are sharded over expert DP.
   WeightOptimizer(model::CausalLM model, std::vector<dist::OptimParam> extra, dist::Communicator& dp,
-                  dist::Communicator* tp, int tp_size, const WeightOptimConfig& config);
+                  dist::Communicator* tp, int tp_size, const WeightOptimConfig& config,
+                  dist::ExpertGroups experts = {});
 
   struct Step {
     double lr = 0, grad_norm = 0;

@@ -42,7 +42,7 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
   // The device this rank would use, by the resolver every stage uses (`--device cuda` where it
   // cannot be had: exit 2 on every rank, with the reason).
   const dist::DeviceChoice dev = dist::choose_device(vm["device"].as<std::string>(), rt.local_rank());
-  dist::LayoutSpec spec{vm["tp"].as<int>(), vm["dp"].as<int>(), vm["heads"].as<int>()};
+  dist::LayoutSpec spec{vm["tp"].as<int>(), vm["dp"].as<int>(), vm["heads"].as<int>(), vm["ep"].as<int>()};
   // A single process may plan for a larger world; under mpirun the grid must fit the world.
   const bool planning = rt.world_size() == 1 && spec.dp > 0;
   const int world = planning ? spec.tp * spec.dp : rt.world_size();
@@ -62,6 +62,7 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
   nlohmann::json layout_json = {{"world_size", grid.world}, {"tp", grid.tp}, {"dp", grid.dp},
                                 {"order", "tp fastest: rank = tp_rank + tp * dp_rank"},
                                 {"tp_groups", grid.tp_groups()}, {"dp_groups", grid.dp_groups()},
+                                {"ep", grid.ep}, {"ep_groups", grid.ep_groups()}, {"edp_groups", grid.edp_groups()},
                                 {"planned_only", planning}};
   if (!rt.is_root()) return kExitOk;
 
@@ -121,6 +122,9 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
     }
     std::cout << "  TP groups:" << groups_text(grid.tp_groups()) << "\n  DP groups:" << groups_text(grid.dp_groups())
               << "\n";
+    if (grid.ep > 1)  // MoE layers: experts over TP x EP, EP folded onto DP (dp_rank = ep_rank + EP x edp_rank)
+      std::cout << "  EP " << grid.ep << " over DP ranks, expert DP " << grid.edp() << "\n  EP groups:"
+                << groups_text(grid.ep_groups()) << "\n  expert-DP groups:" << groups_text(grid.edp_groups()) << "\n";
     if (!planning) {
       for (int r = 0; r < grid.world; ++r)
         if (placement[3 * r] != grid.tp_rank_of(r) || placement[3 * r + 1] != grid.dp_rank_of(r))
@@ -139,6 +143,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "heads", po::value<int>()->default_value(0), "attention heads of the model: refuse a TP size they cannot be split over")(
           "device", po::value<std::string>()->default_value("auto")->value_name("auto|cpu|cuda"),
           "the device to report: what it resolves to on this rank, and why")(
+          "ep", po::value<int>()->default_value(1), "expert-parallel size of MoE layers, folded onto the DP ranks (must divide DP)")(
           "json", po::bool_switch(), "print JSON")(
           "out", po::value<std::string>()->value_name("DIR"), "also write DIR/manifest.json");
     },

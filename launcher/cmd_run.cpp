@@ -31,6 +31,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "dist/error.h"
+#include "dist/parallel_layout.h"
 #include "dist/runtime.h"
 #include "distill/run_parts.h"
 #include "distill/trainer.h"
@@ -39,6 +40,7 @@
 #include "launcher/config_file.h"
 #include "launcher/hardware_arg.h"
 #include "model/arch_spec.h"
+#include "model/model.h"
 #include "search/costmodel/profiles.h"
 #include "search/das.h"
 
@@ -858,6 +860,27 @@ int run_run(const po::variables_map& vm_in, RunContext& ctx) {
         throw InputError(config_path, "[" + s.name + "]", e.what());
       }
     }
+  // The distill stages' expert layout ([distill] ep, etp): EP must divide DP and the teacher's
+  // experts must split over it, or the run would stop only at distillation, after the search.
+  // (The student's experts, known after the search, are checked by the stage itself.)
+  for (const auto& s : plan.stages) {
+    if (s.name.rfind("distill-", 0) != 0) continue;
+    auto value = [&](const char* key, int fallback) {
+      for (const auto& [k, v] : s.calls.front().options)
+        if (k == key && !v.empty()) return std::stoi(v.front());
+      return fallback;
+    };
+    const int tp = value("tp", 1), ep = value("ep", 1), etp = value("etp", 1);
+    try {
+      dist::resolve_grid(rt.world_size(), {tp, 0, 0, ep});
+      if (etp != 1 && etp != tp) throw InputError("etp", std::to_string(etp), "must be 1 or the TP size " + std::to_string(tp));
+      if (const std::string why = model::tp_split_problem(teacher.arch, tp, ep, etp > 1); !why.empty())
+        throw InputError("teacher " + teacher.source, "ep " + std::to_string(ep), why);
+    } catch (const InputError& e) {
+      throw InputError(config_path, "[distill]", e.what());
+    }
+    break;  // one [distill] section serves every method
+  }
   // Reachability on the teacher's architecture: the same options as the real calls, --check.
   for (const auto& s : plan.stages) {
     if (s.name != "search" && s.name != "minitron") continue;

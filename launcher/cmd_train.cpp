@@ -28,6 +28,15 @@ void add_common_options(po::options_description& d, bool distill) {
   o("grad-accum", po::value<int64_t>()->default_value(c.grad_accum), "micro-steps per optimizer step");
   o("seed", po::value<uint64_t>()->default_value(c.seed), "data order and initialisation seed");
   o("tp", po::value<int>()->default_value(c.tp), "tensor-parallel size (DP = world / TP)");
+  o("ep", po::value<int>()->default_value(c.ep),
+    "expert-parallel size of the MoE layers, folded onto the DP ranks (must divide DP; each layer's experts must "
+    "divide over TP x EP)");
+  o("recompute", po::value<std::string>()->default_value(c.recompute),
+    "activation recomputation: none | full (each decoder layer keeps only its input and runs again in the "
+    "backward: less memory, one more forward)");
+  o("etp", po::value<int>()->default_value(c.etp),
+    "expert tensor parallelism: 1 = whole experts over the TP ranks (experts divide over TP x EP); TP = each "
+    "expert's FFN width over the TP ranks, as Megatron's default (experts divide over EP, the FFN over TP)");
   o("dtype", po::value<std::string>()->default_value(c.dtype), "parameter dtype: auto | bf16 | f32 (fp32 master weights; auto: bf16 on CUDA and on CPUs with "
     "AVX512_BF16/AMX, else f32)");
   o("device", po::value<std::string>()->default_value(c.device),
@@ -85,6 +94,9 @@ int run(const po::variables_map& vm, RunContext& ctx, bool distill) {
   take(vm, "grad-accum", c.grad_accum);
   take(vm, "seed", c.seed);
   take(vm, "tp", c.tp);
+  take(vm, "ep", c.ep);
+  take(vm, "etp", c.etp);
+  take(vm, "recompute", c.recompute);
   take(vm, "dtype", c.dtype);
   take(vm, "device", c.device);
   c.local_rank = ctx.runtime.local_rank();

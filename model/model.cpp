@@ -13,7 +13,7 @@ std::string layer_where(int i) { return "layers[" + std::to_string(i) + "]"; }
 bool nemotron_style(const ArchSpec& s) { return s.family == ModelFamily::NemotronH; }
 }  // namespace
 
-std::string tp_split_problem(const ArchSpec& spec, int tp) {
+std::string tp_split_problem(const ArchSpec& spec, int tp, int ep, bool expert_tp) {
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const auto& l = spec.layers[i];
     const std::string w = layer_where(int(i));
@@ -22,13 +22,13 @@ std::string tp_split_problem(const ArchSpec& spec, int tp) {
       return w + ".attention: " + why;
     if (l.mamba && !(why = Mamba2Impl::split_problem(*l.mamba, tp)).empty()) return w + ".mamba: " + why;
     if (l.mlp && !(why = MlpImpl::split_problem(l.mlp->ffn_size, tp)).empty()) return w + ".mlp: " + why;
-    if (l.moe && !(why = MoeImpl::split_problem(*l.moe, tp)).empty()) return w + ".moe: " + why;
+    if (l.moe && !(why = MoeImpl::split_problem(*l.moe, tp, ep, expert_tp)).empty()) return w + ".moe: " + why;
   }
   return "";
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ArchSpec& spec, int index, const TpGroup& tp,
-                                   torch::Dtype dtype) {
+                                   torch::Dtype dtype, const EpGroup& ep) {
   const auto& l = spec.layers[size_t(index)];
   const std::string w = layer_where(index);
   const bool nem = nemotron_style(spec);
@@ -43,7 +43,7 @@ DecoderLayerImpl::DecoderLayerImpl(const ArchSpec& spec, int index, const TpGrou
   if (l.mlp || l.moe) ffn_norm = register_module("ffn_norm", RMSNorm(spec.hidden_size, spec.norm_eps, dtype, nem));
   if (l.mlp)
     mlp = register_module("mlp", Mlp(spec.hidden_size, l.mlp->ffn_size, l.mlp->activation, l.mlp->bias, tp, dtype, w + ".mlp"));
-  if (l.moe) moe = register_module("moe", Moe(*l.moe, spec.hidden_size, tp, dtype, w + ".moe"));
+  if (l.moe) moe = register_module("moe", Moe(*l.moe, spec.hidden_size, tp, dtype, w + ".moe", ep));
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x0, int64_t pos0, LayerCache* cache) {
@@ -85,7 +85,7 @@ CausalLMImpl::CausalLMImpl(const ArchSpec& spec, TpGroup tp, ModelOptions option
   if (!tp_.comm) tp_.comm = dist::make_self_communicator();
   if (spec.hidden_size <= 0) throw InputError("ArchSpec", "hidden_size", "must be positive");
   if (spec.vocab_size <= 0) throw InputError("ArchSpec", "vocab_size", "must be positive");
-  if (auto why = tp_split_problem(spec, tp_.size()); !why.empty())
+  if (auto why = tp_split_problem(spec, tp_.size(), options_.ep.size(), options_.ep.expert_tp); !why.empty())
     throw InputError("ArchSpec", "tensor parallel", why);
   // Equal shards of the vocabulary padded up to a multiple of TP; padding rows are zero
   // (the same split dist::vocab_parallel_cross_entropy assumes).
@@ -94,7 +94,7 @@ CausalLMImpl::CausalLMImpl(const ArchSpec& spec, TpGroup tp, ModelOptions option
   const auto dtype = options.dtype;
   embed = register_module("embed", Weights(std::vector<int64_t>{vocab_shard_, spec.hidden_size}, std::vector<int64_t>{}, dtype));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (size_t i = 0; i < spec.layers.size(); ++i) layers->push_back(DecoderLayer(spec, int(i), tp_, dtype));
+  for (size_t i = 0; i < spec.layers.size(); ++i) layers->push_back(DecoderLayer(spec, int(i), tp_, dtype, options_.ep));
   final_norm = register_module("final_norm", RMSNorm(spec.hidden_size, spec.norm_eps, dtype, nemotron_style(spec)));
   if (!spec.tie_embeddings)
     lm_head = register_module("lm_head", Weights(std::vector<int64_t>{vocab_shard_, spec.hidden_size}, std::vector<int64_t>{}, dtype));
@@ -205,9 +205,9 @@ void CausalLMImpl::load(const std::function<torch::Tensor(const ShardPiece&)>& r
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> CausalLMImpl::logical_tensors(bool grads) {
-  if (tp_.size() != 1)
-    throw std::runtime_error("logical_tensors: needs a TP = 1 model (this one is sharded over " +
-                             std::to_string(tp_.size()) + " ranks)");
+  if (tp_.size() != 1 || options_.ep.size() != 1)
+    throw std::runtime_error("logical_tensors: needs a TP = 1, EP = 1 model (this one is sharded over " +
+                             std::to_string(tp_.size() * options_.ep.size()) + " ranks)");
   auto params = named_parameters(true);
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& s : shard_map()) {
@@ -272,6 +272,16 @@ std::vector<torch::Tensor> CausalLMImpl::tp_partial_grad_parameters() const {
       if (l->moe->fc1_latent_proj) out.push_back(l->moe->fc1_latent_proj->weight);
       if (l->moe->fc2_latent_proj) out.push_back(l->moe->fc2_latent_proj->weight);
     }
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> CausalLMImpl::expert_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& m : layers->children()) {
+    auto l = std::dynamic_pointer_cast<DecoderLayerImpl>(m);
+    if (!l->moe) continue;
+    for (const auto& p : l->moe->experts->parameters()) out.push_back(p);
   }
   return out;
 }

@@ -24,7 +24,9 @@
 namespace ac::model {
 
 struct ModelOptions {
-  torch::Dtype dtype = torch::kFloat32;  // parameter dtype (routers stay fp32)
+  ModelOptions(torch::Dtype dtype_ = torch::kFloat32, EpGroup ep_ = {}) : dtype(dtype_), ep(std::move(ep_)) {}
+  torch::Dtype dtype;  // parameter dtype (routers stay fp32)
+  EpGroup ep;          // expert parallelism of the MoE layers (default: EP 1)
 };
 
 // Decode state: KV caches for attention layers, conv + SSM state for Mamba layers.
@@ -41,7 +43,7 @@ struct InferenceCache {
 // x + sublayer(RMSNorm(x)).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ArchSpec& spec, int index, const TpGroup& tp, torch::Dtype dtype);
+  DecoderLayerImpl(const ArchSpec& spec, int index, const TpGroup& tp, torch::Dtype dtype, const EpGroup& ep = {});
   torch::Tensor forward(const torch::Tensor& x, int64_t pos0, LayerCache* cache);
   void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
 
@@ -91,6 +93,9 @@ class CausalLMImpl : public torch::nn::Module {
   // Replicated KV heads (KV < TP) need a sum within each replica group instead, which
   // reduce_tp_partial_grads() also does.
   std::vector<torch::Tensor> tp_partial_grad_parameters() const;
+  // The routed experts' parameters: sharded over TP x EP, so at EP > 1 their gradients are
+  // averaged over the expert-data-parallel group, not over all of DP (distill/trainer.cpp).
+  std::vector<torch::Tensor> expert_parameters() const;
   // After backward, before the optimizer: makes every TP-replicated parameter's gradient
   // the TP = 1 gradient (all-reduce of tp_partial_grad_parameters() over TP, and replicated
   // KV heads summed over their replica groups). Collective over the TP group; no-op at TP 1.
@@ -105,6 +110,7 @@ class CausalLMImpl : public torch::nn::Module {
   }
   const ArchSpec& spec() const { return spec_; }
   const TpGroup& tp() const { return tp_; }
+  const EpGroup& ep() const { return options_.ep; }
   int64_t vocab_shard() const { return vocab_shard_; }
   int64_t vocab_start() const { return vocab_.start; }
 
@@ -124,7 +130,8 @@ class CausalLMImpl : public torch::nn::Module {
 };
 TORCH_MODULE(CausalLM);
 
-// Why `spec` cannot be sharded over `tp` ranks, naming the layer and field ("" if it can).
-std::string tp_split_problem(const ArchSpec& spec, int tp);
+// Why `spec` cannot be sharded over `tp` ranks (and its routed experts over tp x ep), naming
+// the layer and field ("" if it can).
+std::string tp_split_problem(const ArchSpec& spec, int tp, int ep = 1, bool expert_tp = false);
 
 }  // namespace ac::model

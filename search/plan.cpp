@@ -83,9 +83,6 @@ void check_model(const ArchSpec& a, const std::string& who, int tp, int ep, int 
                          "does not divide the " + std::to_string(m.num_experts) + " experts of " + nl.where);
       if (m.expert_ffn % etp) refuse("--etp", etp, "the expert FFN width " + std::to_string(m.expert_ffn));
       if (m.shared_ffn % tp) refuse("--tp", tp, "the shared-expert FFN width " + std::to_string(m.shared_ffn));
-      if (tp > 1 && ep > 1 && !o.sequence_parallel)
-        throw InputError("--no-sequence-parallel", "set",
-                         "MoE layers with TP > 1 and EP > 1 need sequence parallelism (Megatron requires it)");
     }
   }
 }
@@ -337,8 +334,11 @@ LayerActivation layer_activations(const LayerSpec& l, int64_t hidden, const Acti
     ten += (relu2(m.activation) ? 4 : 6) * double(m.shared_ffn) / t;
     const double copies = routed_copies_per_gpu(m, sb, sh.tp, sh.etp, sh.sequence_parallel);
     // per copy: permuted input, fc1 output and activation (sliced by ETP); the expert output (kept
-    // for the gradient of the routing probabilities) after fc2's reduce-scatter over ETP
-    routed = copies * (2 * width + (relu2(m.activation) ? 4 : 6) * double(m.expert_ffn) / sh.etp + 2 * width / sh.etp);
+    // for the gradient of the routing probabilities) after fc2's reduce-scatter over ETP -- without
+    // SP (this project's trainer) the TP ranks reduce the layer output after the combine, so each
+    // keeps its partial expert outputs at full width
+    const double out_width = sh.sequence_parallel ? width / sh.etp : width;
+    routed = copies * (2 * width + (relu2(m.activation) ? 4 : 6) * double(m.expert_ffn) / sh.etp + 2 * out_width);
   }
   LayerActivation r;
   if (!l.attention && !l.mamba && !l.mlp && !l.moe) return r;
@@ -464,7 +464,8 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
       const double local = sb / ts * l.moe->top_k;  // copies of the tokens this GPU holds
       a2a += passes * p.grad_accum * 2.0 * local * width * 2 * (ep - 1) / ep;  // dispatch + combine
       const double copies = routed_copies_per_gpu(*l.moe, sb, tp, L.etp, o.sequence_parallel);
-      etp_bytes += passes * p.grad_accum * 2.0 * copies * width * 2 * (L.etp - 1) / L.etp;
+      // Without SP every TP rank already holds every token: no gather of routed copies over ETP.
+      if (o.sequence_parallel) etp_bytes += passes * p.grad_accum * 2.0 * copies * width * 2 * (L.etp - 1) / L.etp;
     }
     add_comm("all-to-all (dispatch + combine)", "EP", who + " routed tokens", place(ep, L.etp, gpn), a2a, true);
     add_comm("all-gather + reduce-scatter", "ETP", who + " routed tokens to the expert-TP ranks", place(L.etp, 1, gpn),

@@ -20,6 +20,18 @@ struct TpGroup {
   int size() const { return comm->size(); }
 };
 
+// The expert-parallel group a MoE's routed experts are spread over, on top of their split over
+// TP (null comm: EP 1). Its ranks hold the same TP rank and different experts.
+struct EpGroup {
+  std::shared_ptr<dist::Communicator> comm;
+  // How the TP group splits the experts: whole experts (false, the default: rank r of TP t
+  // holds experts [r E/t, (r+1) E/t)) or each expert's FFN width (true: Megatron's expert
+  // tensor parallelism with ETP = TP; every TP rank holds a slice of the same experts).
+  bool expert_tp = false;
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+};
+
 // A slice of one logical tensor (its name and full shape at TP = 1).
 struct ShardPiece {
   std::string logical;                 // e.g. "layers.3.mamba.in_proj.weight"

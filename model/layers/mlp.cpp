@@ -3,6 +3,7 @@
 #include "model/layers/mlp.h"
 
 #include "dist/error.h"
+#include "dist/expert_parallel.h"
 #include "dist/tensor_parallel.h"
 
 namespace ac::model {
@@ -78,9 +79,20 @@ ExpertsImpl::ExpertsImpl(int64_t n, int64_t in, int64_t ffn, MlpActivation act, 
     gate_proj = register_parameter("gate_proj", init_normal(torch::empty({n, ffn, in}, o)));
 }
 
-std::string MoeImpl::split_problem(const MoeSpec& s, int tp) {
-  if (s.num_experts % tp != 0)
-    return std::to_string(s.num_experts) + " experts do not split evenly over TP=" + std::to_string(tp);
+std::string MoeImpl::split_problem(const MoeSpec& s, int tp, int ep, bool expert_tp) {
+  if (expert_tp) {
+    if (s.expert_ffn % tp != 0)
+      return "expert FFN width " + std::to_string(s.expert_ffn) + " does not split evenly over ETP = TP = " +
+             std::to_string(tp);
+    if (s.num_experts % ep != 0)
+      return std::to_string(s.num_experts) + " experts do not split evenly over EP=" + std::to_string(ep);
+  } else {
+    if (s.num_experts % tp != 0)
+      return std::to_string(s.num_experts) + " experts do not split evenly over TP=" + std::to_string(tp);
+    if (s.num_experts % (int64_t(tp) * ep) != 0)
+      return std::to_string(s.num_experts) + " experts do not split evenly over TP x EP = " + std::to_string(tp) +
+             " x " + std::to_string(ep) + " ranks";
+  }
   if (s.shared_ffn % tp != 0)
     return "shared expert FFN " + std::to_string(s.shared_ffn) + " does not split evenly over TP=" +
            std::to_string(tp);
@@ -91,15 +103,22 @@ std::string MoeImpl::split_problem(const MoeSpec& s, int tp) {
 }
 
 MoeImpl::MoeImpl(const MoeSpec& spec, int64_t hidden, const TpGroup& tp, torch::Dtype dtype,
-                 const std::string& where)
-    : spec_(spec), hidden_(hidden), tp_(tp) {
-  if (auto why = split_problem(spec, tp.size()); !why.empty())
-    throw InputError("ArchSpec", where + ".num_experts", why);
-  local_experts_ = spec.num_experts / tp.size();
-  expert_start_ = tp.rank() * local_experts_;
+                 const std::string& where, const EpGroup& ep)
+    : spec_(spec), hidden_(hidden), tp_(tp), ep_(ep) {
+  if (auto why = split_problem(spec, tp.size(), ep.size(), ep.expert_tp); !why.empty())
+    throw InputError("ArchSpec", where + (ep.expert_tp && spec.expert_ffn % tp.size() ? ".expert_ffn" : ".num_experts"), why);
+  if (ep.expert_tp) {  // every TP rank: a slice of the FFN of the EP rank's experts
+    local_experts_ = spec.num_experts / ep.size();
+    expert_start_ = ep.rank() * local_experts_;
+    expert_ffn_local_ = spec.expert_ffn / tp.size();
+  } else {  // TP rank r holds experts [r E/tp, (r+1) E/tp) as at EP 1; its EP group splits them further
+    local_experts_ = spec.num_experts / (int64_t(tp.size()) * ep.size());
+    expert_start_ = (int64_t(tp.rank()) * ep.size() + ep.rank()) * local_experts_;
+    expert_ffn_local_ = spec.expert_ffn;
+  }
   gate = register_module("gate", Router(spec.num_experts, hidden, spec.router == RouterKind::SigmoidBias));
   const int64_t in = spec.latent_size > 0 ? spec.latent_size : hidden;
-  experts = register_module("experts", Experts(local_experts_, in, spec.expert_ffn, spec.activation, dtype));
+  experts = register_module("experts", Experts(local_experts_, in, expert_ffn_local_, spec.activation, dtype));
   if (spec.shared_ffn > 0)
     shared_experts = register_module(
         "shared_experts", Mlp(hidden, spec.shared_ffn, spec.activation, false, tp, dtype, where + ".shared_experts"));
@@ -136,6 +155,24 @@ std::pair<torch::Tensor, torch::Tensor> MoeImpl::route(const torch::Tensor& x) {
   return {idx, w * spec_.routed_scaling};
 }
 
+// Split the stacked weights once: per-expert indexing would give every expert's backward a
+// full-size gradient of the stack.
+MoeImpl::ExpertWeights MoeImpl::split_experts() const {
+  ExpertWeights ew;
+  ew.ups = experts->up_proj.unbind(0);
+  ew.downs = experts->down_proj.unbind(0);
+  if (spec_.activation == MlpActivation::SwiGLU) ew.gates = experts->gate_proj.unbind(0);
+  return ew;
+}
+
+torch::Tensor MoeImpl::run_expert(const ExpertWeights& ew, int64_t le, const torch::Tensor& xe, torch::Tensor* act) {
+  auto up = torch::matmul(xe, ew.ups[size_t(le)].t());
+  auto a = spec_.activation == MlpActivation::SwiGLU ? act_silu(torch::matmul(xe, ew.gates[size_t(le)].t())) * up
+                                                     : activate(up, spec_.activation);
+  if (act) *act = a;
+  return torch::matmul(a, ew.downs[size_t(le)].t());
+}
+
 torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   auto shape = x0.sizes().vec();
   // Every path below yields this rank's partial sum: gradients to x are all-reduced.
@@ -143,39 +180,39 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   auto [idx, w] = route(x);
   auto h = fc1_latent_proj ? torch::nn::functional::linear(x, fc1_latent_proj->weight) : x;
   if (observe.observer && fc1_latent_proj) observe.observer->activation(observe.layer, ObservePoint::MoeLatent, h);
-  auto acc = torch::zeros({h.size(0), h.size(1)}, h.options().dtype(torch::kFloat32));
-  // Tokens per local expert: one sort instead of one scan per expert.
-  auto flat = idx.reshape({-1});
-  auto order = flat.argsort();
-  auto sorted = flat.index_select(0, order);
-  auto counts = torch::bincount(sorted, {}, spec_.num_experts).cpu();
-  auto counts_a = counts.accessor<int64_t, 1>();
-  int64_t offset = 0;
-  for (int64_t e = 0; e < expert_start_; ++e) offset += counts_a[e];
-  const int64_t k = spec_.top_k;
-  // Split the stacked weights once: per-expert indexing would give every expert's backward
-  // a full-size gradient of the stack.
-  auto ups = experts->up_proj.unbind(0), downs = experts->down_proj.unbind(0);
-  std::vector<torch::Tensor> gates;
-  if (spec_.activation == MlpActivation::SwiGLU) gates = experts->gate_proj.unbind(0);
   bool ran_local = false;
-  for (int64_t le = 0; le < local_experts_; ++le) {
-    const int64_t n = counts_a[expert_start_ + le];
-    if (n == 0) continue;
-    ran_local = true;
-    auto sel = order.narrow(0, offset, n);  // positions in the flattened [tokens * k]
-    offset += n;
-    auto tok = sel.div(k, "floor");
-    auto xe = h.index_select(0, tok);
-    auto up = torch::matmul(xe, ups[size_t(le)].t());
-    auto a = spec_.activation == MlpActivation::SwiGLU
-                 ? act_silu(torch::matmul(xe, gates[size_t(le)].t())) * up
-                 : activate(up, spec_.activation);
-    auto ye = torch::matmul(a, downs[size_t(le)].t());
-    auto we = w.reshape({-1}).index_select(0, sel).unsqueeze(1);
-    auto weighted = ye * we;
-    if (observe.observer) observe.observer->expert(observe.layer, expert_start_ + le, tok, a, weighted);
-    acc.index_add_(0, tok, weighted.to(torch::kFloat32));
+  torch::Tensor acc;
+  if (observe.observer && (ep_.size() > 1 || (ep_.expert_tp && tp_.size() > 1)))
+    throw std::logic_error("MoE observers (importance, search) need EP 1 and whole experts per rank");
+  if (ep_.size() > 1) {
+    acc = routed_expert_parallel(h, idx, w);
+    ran_local = true;  // every rank took part in the all-to-alls, whose backward reaches x
+  } else {
+    acc = torch::zeros({h.size(0), h.size(1)}, h.options().dtype(torch::kFloat32));
+    // Tokens per local expert: one sort instead of one scan per expert.
+    auto flat = idx.reshape({-1});
+    auto order = flat.argsort();
+    auto sorted = flat.index_select(0, order);
+    auto counts = torch::bincount(sorted, {}, spec_.num_experts).cpu();
+    auto counts_a = counts.accessor<int64_t, 1>();
+    int64_t offset = 0;
+    for (int64_t e = 0; e < expert_start_; ++e) offset += counts_a[e];
+    const int64_t k = spec_.top_k;
+    const ExpertWeights ew = split_experts();
+    for (int64_t le = 0; le < local_experts_; ++le) {
+      const int64_t n = counts_a[expert_start_ + le];
+      if (n == 0) continue;
+      ran_local = true;
+      auto sel = order.narrow(0, offset, n);  // positions in the flattened [tokens * k]
+      offset += n;
+      auto tok = sel.div(k, "floor");
+      torch::Tensor a;
+      auto ye = run_expert(ew, le, h.index_select(0, tok), &a);
+      auto we = w.reshape({-1}).index_select(0, sel).unsqueeze(1);
+      auto weighted = ye * we;
+      if (observe.observer) observe.observer->expert(observe.layer, expert_start_ + le, tok, a, weighted);
+      acc.index_add_(0, tok, weighted.to(torch::kFloat32));
+    }
   }
   // No token for any local expert (experts are split over TP ranks): keep x and the routing
   // weights in this rank's graph anyway, or its backward would skip copy_to_tp's all-reduce
@@ -190,6 +227,76 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   return y.view(shape);
 }
 
+torch::Tensor MoeImpl::routed_expert_parallel(const torch::Tensor& h, const torch::Tensor& idx, const torch::Tensor& w) {
+  const int P = ep_.size();
+  const int64_t k = spec_.top_k, L = local_experts_, E = spec_.num_experts;
+  // This TP rank's experts, spread over the EP group (all of them when TP splits FFN widths).
+  const int64_t first = ep_.expert_tp ? 0 : int64_t(tp_.rank()) * L * P;
+  auto& comm = *ep_.comm;
+  // Copies sorted by expert: those of this TP rank's experts are contiguous and already in
+  // the order of the EP ranks that hold them (Megatron's permute).
+  auto flat = idx.reshape({-1});
+  auto order = flat.argsort();
+  auto counts = torch::bincount(flat, {}, E).cpu();
+  const auto* c = counts.data_ptr<int64_t>();
+  int64_t offset = 0;
+  for (int64_t e = 0; e < first; ++e) offset += c[e];
+  std::vector<int64_t> per_expert(c + first, c + first + L * P), send(size_t(P), 0);
+  for (int q = 0; q < P; ++q)
+    for (int64_t l = 0; l < L; ++l) send[size_t(q)] += per_expert[size_t(q * L + l)];
+  int64_t n_send = 0;
+  for (auto n : send) n_send += n;
+  auto sel = order.narrow(0, offset, n_send);
+  auto tok = sel.div(k, "floor");
+  // Each EP rank learns how many copies of each of its experts every peer sends.
+  torch::Tensor pe_send = torch::tensor(per_expert, torch::kLong).to(h.device()), pe_recv = torch::empty_like(pe_send);
+  const std::vector<int64_t> Ls(size_t(P), L);
+  comm.all_to_all(pe_recv, pe_send, Ls, Ls);
+  pe_recv = pe_recv.cpu();
+  const auto* r = pe_recv.data_ptr<int64_t>();  // r[p * L + l]: copies from rank p for local expert l
+  std::vector<int64_t> recv(size_t(P), 0);
+  for (int p = 0; p < P; ++p)
+    for (int64_t l = 0; l < L; ++l) recv[size_t(p)] += r[p * L + l];
+  // Dispatch. Received rows come source by source, each source's rows expert by expert.
+  auto xr = dist::all_to_all_rows(h.index_select(0, tok), send, recv, comm);
+  // Group the received rows by local expert, run each expert once, and put the outputs back in
+  // the received order for the combine.
+  std::vector<int64_t> start(size_t(P * L));
+  int64_t at = 0;
+  for (int p = 0; p < P; ++p)
+    for (int64_t l = 0; l < L; ++l) start[size_t(p * L + l)] = at, at += r[p * L + l];
+  // perm: received rows expert by expert; expert l's rows are perm[seg[l], seg[l + 1]).
+  std::vector<int64_t> perm, seg(size_t(L + 1), 0);
+  perm.reserve(size_t(at));
+  for (int64_t l = 0; l < L; ++l) {
+    for (int p = 0; p < P; ++p)
+      for (int64_t j = 0; j < r[p * L + l]; ++j) perm.push_back(start[size_t(p * L + l)] + j);
+    seg[size_t(l + 1)] = int64_t(perm.size());
+  }
+  torch::Tensor yr;
+  if (at == 0) {
+    yr = xr * 0;  // no copy for any local expert: still part of the graph, so the backward all-to-alls run
+  } else {
+    auto opts = torch::TensorOptions().dtype(torch::kLong).device(h.device());
+    auto perm_t = torch::tensor(perm, torch::kLong).to(h.device());
+    const ExpertWeights ew = split_experts();
+    std::vector<torch::Tensor> outs;
+    for (int64_t l = 0; l < L; ++l) {
+      const int64_t n = seg[size_t(l + 1)] - seg[size_t(l)];
+      if (n > 0) outs.push_back(run_expert(ew, l, xr.index_select(0, perm_t.narrow(0, seg[size_t(l)], n))));
+    }
+    auto inverse = torch::empty({at}, opts);
+    inverse.index_put_({perm_t}, torch::arange(at, opts));
+    yr = torch::cat(outs, 0).index_select(0, inverse);
+  }
+  // Combine: outputs back to the ranks whose tokens they are, weighted there by the router.
+  auto yb = dist::all_to_all_rows(yr, recv, send, comm);
+  auto weighted = yb * w.reshape({-1}).index_select(0, sel).unsqueeze(1);
+  auto acc = torch::zeros({h.size(0), h.size(1)}, h.options().dtype(torch::kFloat32));
+  acc.index_add_(0, tok, weighted.to(torch::kFloat32));
+  return acc;
+}
+
 void MoeImpl::shard_map(const std::string& p, std::vector<ParamShard>& out) const {
   const int64_t E = spec_.num_experts, H = hidden_, F = spec_.expert_ffn;
   const int64_t in = spec_.latent_size > 0 ? spec_.latent_size : H;
@@ -199,10 +306,14 @@ void MoeImpl::shard_map(const std::string& p, std::vector<ParamShard>& out) cons
   // Logical expert tensors are per expert, as Hugging Face checkpoints store them.
   std::vector<std::pair<std::string, std::vector<int64_t>>> kinds = {{"up_proj", {F, in}}, {"down_proj", {in, F}}};
   if (spec_.activation == MlpActivation::SwiGLU) kinds.push_back({"gate_proj", {F, in}});
+  const int64_t f0 = ep_.expert_tp ? tp_.rank() * expert_ffn_local_ : 0;
   for (const auto& [name, shape] : kinds) {
     ParamShard s{p + "experts." + name, {}, /*stack=*/true};
+    const int64_t ffn_dim = name == "down_proj" ? 1 : 0;  // up/gate [F, in], down [in, F]
     for (int64_t e = expert_start_; e < expert_start_ + local_experts_; ++e)
-      s.pieces.push_back(whole(p + "experts." + std::to_string(e) + "." + name + ".weight", shape));
+      s.pieces.push_back(ep_.expert_tp ? slice(p + "experts." + std::to_string(e) + "." + name + ".weight", shape,
+                                               ffn_dim, f0, expert_ffn_local_)
+                                       : whole(p + "experts." + std::to_string(e) + "." + name + ".weight", shape));
     out.push_back(std::move(s));
   }
   if (shared_experts) shared_experts->shard_map(p + "shared_experts.", out);

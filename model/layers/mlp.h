@@ -1,6 +1,7 @@
 // Channel mixers: the dense MLP (SwiGLU or squared ReLU) split by FFN columns, and the
 // mixture of experts (softmax or sigmoid-with-bias router, shared expert, latent
-// projections, routed scaling) with the routed experts split across the TP group.
+// projections, routed scaling) with the routed experts split across the TP group and, with
+// expert parallelism, each TP rank's experts across an EP group (token all-to-all).
 #pragma once
 
 #include <torch/torch.h>
@@ -60,12 +61,16 @@ TORCH_MODULE(Experts);
 class MoeImpl : public torch::nn::Module {
  public:
   MoeImpl(const MoeSpec& spec, int64_t hidden, const TpGroup& tp, torch::Dtype dtype,
-          const std::string& where);
+          const std::string& where, const EpGroup& ep = {});
   torch::Tensor forward(const torch::Tensor& x);
   // Top-k expert ids [tokens, k] and their weights [tokens, k] (fp32) for x [tokens, hidden].
   std::pair<torch::Tensor, torch::Tensor> route(const torch::Tensor& x);
   void shard_map(const std::string& prefix, std::vector<ParamShard>& out) const;
-  static std::string split_problem(const MoeSpec& spec, int tp);
+  // Why the experts cannot be split over TP x EP ranks ("" if they can); with expert_tp the
+  // TP ranks split each expert's FFN width instead of the experts.
+  static std::string split_problem(const MoeSpec& spec, int tp, int ep = 1, bool expert_tp = false);
+  int64_t local_experts() const { return local_experts_; }
+  int64_t expert_start() const { return expert_start_; }  // global id of the first local expert
 
   Router gate{nullptr};
   Experts experts{nullptr};
@@ -74,9 +79,20 @@ class MoeImpl : public torch::nn::Module {
   ObserverSlot observe;  // sees routed experts and the latent (shared_experts has its own slot)
 
  private:
+  // The routed experts' partial sum [tokens, in] (fp32) at EP > 1: token copies for this TP
+  // rank's experts go to the EP rank that holds them and their outputs come back.
+  torch::Tensor routed_expert_parallel(const torch::Tensor& h, const torch::Tensor& idx, const torch::Tensor& w);
+  struct ExpertWeights {
+    std::vector<torch::Tensor> ups, downs, gates;
+  };
+  ExpertWeights split_experts() const;
+  // Local expert `le` on its rows x [n, in] -> [n, in]; `act` (optional) gets the down input.
+  torch::Tensor run_expert(const ExpertWeights& ew, int64_t le, const torch::Tensor& x, torch::Tensor* act = nullptr);
+
   MoeSpec spec_;
-  int64_t hidden_, local_experts_, expert_start_;
+  int64_t hidden_, local_experts_, expert_start_, expert_ffn_local_;
   TpGroup tp_;
+  EpGroup ep_;
 };
 TORCH_MODULE(Moe);
 

@@ -23,6 +23,13 @@ expect_out "TP groups: \[0 1\] \[2 3\]"
 expect_out "DP groups: \[0 2\] \[1 3\]"
 expect_rc 2 "$AC_BIN" env --tp 8 --dp 1 --heads 4
 expect_out "larger than the 4 attention heads"
+# Expert parallelism folded onto DP (Megatron's MoE order), and EP not dividing DP.
+expect_rc 0 "$AC_BIN" env --tp 2 --dp 4 --ep 2
+expect_out "EP 2 over DP ranks, expert DP 2"
+expect_out "EP groups: \[0 2\] \[1 3\] \[4 6\] \[5 7\]"
+expect_out "expert-DP groups: \[0 4\] \[1 5\] \[2 6\] \[3 7\]"
+expect_rc 2 "$AC_BIN" env --tp 2 --dp 3 --ep 2
+expect_out "ep: expert-parallel size 2 does not divide the data-parallel size 3"
 
 # The real grid under mpirun, and its JSON.
 expect_rc 0 $MPIEXEC -n 4 "$AC_BIN" env --tp 2

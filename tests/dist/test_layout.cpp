@@ -47,6 +47,22 @@ TEST(Layout, RefusesImpossibleLayouts) {
   EXPECT_EQ(refusal(4, {2, 2, 32}), "");
 }
 
+// EP folded onto DP in Megatron's MoE order: dp_rank = ep_rank + EP x edp_rank.
+TEST(Layout, ExpertParallelGroupsFoldedOntoDp) {
+  GridShape g = resolve_grid(16, LayoutSpec{2, 0, 0, 4});
+  EXPECT_EQ(g.dp, 8);
+  EXPECT_EQ(g.ep, 4);
+  EXPECT_EQ(g.edp(), 2);
+  EXPECT_EQ(g.ep_rank_of(6), 3);   // tp 0, dp 3
+  EXPECT_EQ(g.edp_rank_of(10), 1); // tp 0, dp 5
+  EXPECT_EQ(g.ep_groups(), (std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(g.edp_groups(), (std::vector<std::vector<int>>{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  EXPECT_NE(refusal(8, {2, 0, 0, 3}).find("ep: expert-parallel size 3 does not divide the data-parallel size 4"),
+            std::string::npos);
+  EXPECT_NE(refusal(4, {1, 0, 0, 0}).find("expert-parallel size must be >= 1"), std::string::npos);
+  EXPECT_EQ(refusal(4, {1, 0, 0, 4}), "");
+}
+
 TEST(Layout, ShardRanges) {
   auto r = ac::dist::shard_range(12, 4, 3);
   EXPECT_EQ(r.start, 9);

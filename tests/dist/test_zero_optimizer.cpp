@@ -179,3 +179,54 @@ TEST(ZeroAdamW, Bf16ParametersAreRoundedMasters) {
   // Small updates (1e-3) survive: bf16 parameters alone would have lost some of them.
   EXPECT_LE(max_diff(w.detach().to(torch::kFloat), w32.detach()), 8e-3);
 }
+
+// Expert parallelism (EP 2 over the DP ranks): the experts' rows are split over the EP group,
+// their optimizer state over expert DP. Each holder's gradient is the sum of its EP group's
+// contributions (what the MoE all-to-all's backward gives); the optimizer must turn it into the
+// DP mean, count every expert once in the norm, and match AdamW on the whole parameters.
+TEST(ZeroAdamW, ExpertParametersOverExpertDataParallel) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world % 2 != 0) GTEST_SKIP() << "EP 2 needs an even world";
+  const int ep = 2;
+  ParallelLayout layout(MPI_COMM_WORLD, {1, 0, 0, ep});
+  const int dp = layout.dp_size(), q = layout.ep_rank();
+  const int64_t E = 6, L = E / ep, d = 5;
+  const double lr = 1e-2, clip = 0.7;
+  torch::manual_seed(4);
+  const torch::Tensor dense0 = torch::randn({3, d}), experts0 = torch::randn({E, 3, d});
+  torch::Tensor ref_dense = dense0.clone().requires_grad_(true), ref_experts = experts0.clone().requires_grad_(true);
+  torch::optim::AdamW ref_opt({ref_dense, ref_experts},
+                              torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  torch::Tensor dense = dense0.clone().requires_grad_(true);
+  torch::Tensor mine = experts0.narrow(0, q * L, L).clone().requires_grad_(true);
+  AdamWOptions opts;
+  opts.bucket_bytes = 64;  // several buckets per group
+  ZeroAdamW opt({{"dense", dense, true, false, false}, {"experts", mine, true, false, true}}, layout.dp(), nullptr, opts,
+                ExpertGroups{&layout.edp(), &layout.ep()});
+  // Expert state is sharded over expert DP (DP / EP ranks), not over all of DP.
+  const auto sh = opt.shard(1);
+  EXPECT_EQ(sh.row_start, layout.edp_rank() * ((L + layout.edp_size() - 1) / layout.edp_size()));
+  const int64_t first = int64_t(layout.edp_rank()) * ep;  // DP ranks of this EP group
+  for (int step = 0; step < 6; ++step) {
+    torch::manual_seed(100 + step);
+    const torch::Tensor gd = torch::randn({dp, 3, d}), ge = torch::randn({dp, E, 3, d});  // per DP rank
+    ref_opt.zero_grad();
+    ref_dense.mutable_grad() = gd.mean(0);
+    ref_experts.mutable_grad() = ge.mean(0);
+    const double ref_norm = std::sqrt(gd.mean(0).square().sum().item<double>() + ge.mean(0).square().sum().item<double>());
+    if (ref_norm > clip) {
+      ref_dense.mutable_grad().mul_(clip / (ref_norm + 1e-6));
+      ref_experts.mutable_grad().mul_(clip / (ref_norm + 1e-6));
+    }
+    ref_opt.step();
+    dense.mutable_grad() = gd[layout.dp_rank()].clone();
+    mine.mutable_grad() = ge.narrow(0, first, ep).sum(0).narrow(0, q * L, L).clone();
+    const StepResult r = opt.step(lr, clip);
+    ASSERT_TRUE(r.applied);
+    EXPECT_NEAR(r.grad_norm, ref_norm, 1e-5 * ref_norm) << "step " << step;
+  }
+  EXPECT_LE(max_diff(dense, ref_dense), 2e-5);
+  EXPECT_LE(max_diff(mine, ref_experts.narrow(0, q * L, L)), 2e-5);
+  EXPECT_GT(max_diff(mine, experts0.narrow(0, q * L, L)), 1e-2);  // they moved
+}

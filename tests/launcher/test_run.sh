@@ -127,4 +127,7 @@ write_cfg "$T/bad3.cfg" && sed -i 's/^target-tpot-ms-ratio = 0.8$/target-tpot-ms
 bad bad3 "target.*no architecture meets it"
 write_cfg "$T/bad4.cfg" && sed -i "s#^checkpoint = .*#checkpoint = $T/no-such-teacher#" "$T/bad4.cfg"
 bad bad4 "\[teacher\] checkpoint"
+# Expert parallelism at TP 2 x DP 1: EP 2 cannot fold onto one DP rank (checked before the search).
+write_cfg "$T/bad5.cfg" && sed -i 's/^\[distill\]$/[distill]\nep = 2/' "$T/bad5.cfg"
+bad bad5 "\[distill\].*ep: expert-parallel size 2 does not divide the data-parallel size 1"
 echo "PASS"

@@ -334,6 +334,33 @@ TEST_F(SuperPlan, ExpertParallelismMakesItFitOnEightH100Nodes) {
   EXPECT_TRUE(fitting_layouts(teacher, &student, parse_cluster("1x8xh100"), profile("h100"), PlanOptions{}).empty());
 }
 
+TEST_F(SuperPlan, TheTrainersOwnLayoutFitsOnEightH100NodesWithFullRecompute) {
+  // What `distill --tp 8 --ep 4 --etp 8` runs: no sequence parallelism (activations replicated
+  // over TP, every TP rank dispatching all of its tokens' routed copies). Without recomputation
+  // ZeRO-1 fits at no node count (the backward's activations and gradients exceed the device
+  // even with no optimizer state), ZeRO-2 not on 32 nodes; with the trainer's
+  // `--recompute full` ZeRO-1 fits on 8 nodes, and on 4 (EDP 1).
+  PlanOptions o;
+  o.sequence_parallel = false;
+  o.recompute = Recompute::None;
+  for (int zero : {1, 2}) {
+    const Plan p = plan_at(teacher, student, "32x8xh100", 8, zero, o, 4, 8);
+    EXPECT_FALSE(p.fits) << "ZeRO-" << zero << ": " << p.total_bytes / (1 << 30);
+    if (zero == 1) EXPECT_GT(p.always_bytes - p.item("student optimizer states") + p.phase_bytes[2], p.usable_bytes);
+  }
+  o.recompute = Recompute::Full;
+  const Plan p = plan_at(teacher, student, "8x8xh100", 8, 1, o, 4, 8);
+  EXPECT_TRUE(p.fits) << p.overflow();
+  EXPECT_LT(p.total_bytes, 0.7 * p.usable_bytes);
+  EXPECT_TRUE(plan_at(teacher, student, "4x8xh100", 8, 1, o, 4, 8).fits);
+  // Without SP the partial expert outputs are kept at full width: more than with SP.
+  PlanOptions sp = o;
+  sp.sequence_parallel = true;
+  o.recompute = sp.recompute = Recompute::None;
+  EXPECT_GT(plan_at(teacher, student, "8x8xh100", 8, 1, o, 4, 8).item("student activations"),
+            1.5 * plan_at(teacher, student, "8x8xh100", 8, 1, sp, 4, 8).item("student activations"));
+}
+
 TEST_F(SuperPlan, TeacherMayUseItsOwnExpertParallelism) {
   // The frozen teacher's 512 experts allow EP 64 while the 300-expert student stays at EP 4
   // (ETP 1, as ModelOpt distils): only the teacher's expert share and its all-to-all change.
