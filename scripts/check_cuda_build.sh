@@ -29,8 +29,22 @@ if [ ! -f "$CUDA_HOME/include/cuda_runtime_api.h" ]; then
     "toolkit). The GPU path was not compiled."
   exit 0
 fi
-[ -f "$CUDA_HOME/include/nccl.h" ] || [ -n "${NCCL_HOME:-}" ] ||
-  fail "CUDA at $CUDA_HOME has no nccl.h: the NCCL communicator would not be compiled (set NCCL_HOME)"
+# NCCL: its header and library, found here and handed to CMake by path. Toolkits lay NCCL out
+# differently (lib64 or lib, targets/x86_64-linux, a distribution's multiarch folder, with or
+# without the libnccl.so development link); a CI run once compiled without the NCCL
+# communicator because CMake's own search missed the library. Where it is cannot be a guess.
+NCCL_ROOTS=(${NCCL_HOME:+"$NCCL_HOME"} "$CUDA_HOME" /usr /usr/local)
+NCCL_H=""
+NCCL_SO=""
+for r in "${NCCL_ROOTS[@]}"; do
+  [ -z "$NCCL_H" ] && NCCL_H=$(find -L "$r/include" "$r/targets" -maxdepth 4 -name nccl.h 2>/dev/null | head -n 1)
+  [ -z "$NCCL_SO" ] && NCCL_SO=$(find -L "$r/lib64" "$r/lib" "$r/targets" -maxdepth 4 \
+    \( -name libnccl.so -o -name 'libnccl.so.[0-9]*' \) 2>/dev/null | sort | head -n 1)
+done
+[ -n "$NCCL_SO" ] || NCCL_SO=$(ldconfig -p 2>/dev/null | sed -n 's/.*libnccl\.so\.[0-9]* .*=> //p' | head -n 1)
+[ -n "$NCCL_H" ] || fail "no nccl.h under ${NCCL_ROOTS[*]}: the NCCL communicator cannot be compiled (set NCCL_HOME)"
+[ -n "$NCCL_SO" ] || fail "no libnccl.so* under ${NCCL_ROOTS[*]} nor in ldconfig's cache (set NCCL_HOME)"
+say "NCCL: $NCCL_H, $NCCL_SO"
 
 # The pinned wheels: torch 2.11.0 is the CUDA 13.0 LibTorch whose pins (cuDNN 9.19.0.56,
 # NCCL 2.28.9, cuda-toolkit 13.0.2) match /usr/local/cuda here, and the torch of the GPU
@@ -105,6 +119,7 @@ cmake -S . -B "$B/build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEB
   -DTorch_DIR="$T/torch/share/cmake/Torch" -DCaffe2_DIR="$T/torch/share/cmake/Caffe2" \
   -DCUDAToolkit_ROOT="$CUDA_HOME" "${NVCC_ARGS[@]}" -DCMAKE_LIBRARY_PATH="$TORCH_LIB" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$EXTRA_LIB:$TORCH_LIB:$CUDA_LIB" \
+  -DNCCL_INCLUDE_DIR="$(dirname "$NCCL_H")" -DNCCL_LIBRARY="$NCCL_SO" \
   -DAC_BUILD_TESTS=OFF >"$B/cmake.log" 2>&1 || { tail -40 "$B/cmake.log"; fail "cmake (log: $B/cmake.log)"; }
 say "configured ($((SECONDS - START)) s)"
 cmake --build "$B/build" -j "${JOBS:-$(nproc)}" --target autocompress ||
@@ -114,7 +129,8 @@ say "built ($((SECONDS - START)) s)"
 # What was built: a CUDA LibTorch with NCCL, the wheel's and not a system one.
 INFO=$B/build/generated/autocompress/build_info.h
 grep -q "AC_TORCH_HAS_CUDA 1" "$INFO" || fail "AC_TORCH_HAS_CUDA is not 1: CMake did not see the wheel's torch_cuda"
-grep -q "AC_HAVE_NCCL 1" "$INFO" || fail "AC_HAVE_NCCL is not 1: the NCCL communicator was not compiled"
+grep -q "AC_HAVE_NCCL 1" "$INFO" || { grep -iE "nccl|CUDAToolkit" "$B/cmake.log" || true
+  fail "AC_HAVE_NCCL is not 1: the NCCL communicator was not compiled (CMake's lines above)"; }
 grep -q "^TORCH_LIBRARY:FILEPATH=$T/" "$B/build/CMakeCache.txt" || fail "TORCH_LIBRARY is not the wheel's"
 AC=$B/build/autocompress
 NEEDED=$(readelf -d "$AC" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
