@@ -11,5 +11,5 @@ if [ ! -f demo/fortunes.jsonl ]; then
   python3 scripts/data_make_corpus.py --output demo/fortunes.jsonl
 fi
 "$bin" data preprocess --input demo/fortunes.jsonl \
-  --tokenizer tests/fixtures/data/tokenizer/gpt2.tokenizer.json --output demo/fortunes
+  --tokenizer tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json --output demo/fortunes
 "$bin" data inspect demo/fortunes | head -3

@@ -150,7 +150,7 @@ if have_time 90 "hybrid KD step"; then
   D=$W/kd
   rm -rf "$D" && mkdir -p "$D"
   "$AC" data preprocess --input tests/fixtures/data/corpus/fortunes_sample.jsonl \
-    --tokenizer tests/fixtures/data/tokenizer/gpt2.tokenizer.json --output "$D/fortunes" >"$D/data.log" 2>&1 || stop "data preprocess"
+    --tokenizer tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json --output "$D/fortunes" >"$D/data.log" 2>&1 || stop "data preprocess"
   # A ~150M-parameter teacher and a ~100M student (tiny-teacher's pattern, wider and deeper).
   $PY - "$ROOT/configs/models/tiny-teacher.json" "$D" <<'EOF'
 import json, sys

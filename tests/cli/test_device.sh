@@ -8,7 +8,7 @@ T=$AC_TEST_TMP
 rm -rf "$T/cuda" "$T/auto"
 ARCH="$AC_SOURCE_DIR/configs/models/tiny-teacher.json"
 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
-  --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2.tokenizer.json" --output "$T/fortunes" \
+  --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json" --output "$T/fortunes" \
   >"$T/preprocess.log" 2>&1 || { cat "$T/preprocess.log"; fail "data preprocess"; }
 SMALL="--arch $ARCH --data $T/fortunes --seq-len 16 --micro-batch 1 --warmup 0 --log-interval 1 --eval-interval 0 --dtype f32"
 

@@ -91,7 +91,7 @@ printf '24 x\n' >"$T/bad.txt"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" --requests "$T/bad.txt"
 expect_out "bad.txt: line 1:"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" "$AC_SOURCE_DIR/configs/models/tiny-teacher.json"
-expect_out "tiny-teacher.json: vocab_size: 50257, but .*llama has 96"
+expect_out "tiny-teacher.json: vocab_size: 4096, but .*llama has 96"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" --clock cpu --threads 2
 expect_out "command line: --clock: cpu time measures latency only at --threads 1"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/nothing"

@@ -1,5 +1,5 @@
 # Shared setup of the trainer's shell tests: a tokenized slice of the fortunes corpus and
-# small runs of the tiny teacher (configs/models/tiny-teacher.json, GPT-2 vocabulary).
+# small runs of the tiny teacher (configs/models/tiny-teacher.json, GPT-2 BPE cut to 4,096 ids: gpt2-4k.tokenizer.json).
 source "$AC_SOURCE_DIR/tests/cli/lib.sh"
 T=$AC_TEST_TMP
 PY=/usr/bin/python3
@@ -7,7 +7,7 @@ CMP="$PY $AC_SOURCE_DIR/tests/distill/compare_metrics.py"
 make_data() {
   [ -f "$T/fortunes.idx" ] && return 0
   "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
-    --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2.tokenizer.json" --output "$T/fortunes" \
+    --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json" --output "$T/fortunes" \
     >"$T/preprocess.log" 2>&1 || { cat "$T/preprocess.log"; fail "data preprocess"; }
 }
 # Small, fast, f32 (bitwise comparisons), logging every step.

@@ -1,5 +1,5 @@
 # Shared by the `autocompress run` tests and bench/bench_run.sh: a briefly pretrained tiny
-# Nemotron-H teacher (configs/models/tiny-teacher.json, GPT-2 vocabulary) on a tokenized slice
+# Nemotron-H teacher (configs/models/tiny-teacher.json, GPT-2 BPE cut to 4,096 ids: gpt2-4k.tokenizer.json) on a tokenized slice
 # of the fortunes corpus, and write_cfg FILE [top-level lines...]: a run config with
 # seconds-long stages (h100 / local-eager / in-game, TPOT <= 0.8x the teacher's, TP 2, f32).
 source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
@@ -26,7 +26,7 @@ write_cfg() {
     cat <<EOF
 [teacher]
 checkpoint = $T/teacher/checkpoints
-tokenizer = $AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2.tokenizer.json
+tokenizer = $AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json
 [data]
 prefix = $T/fortunes
 [importance]

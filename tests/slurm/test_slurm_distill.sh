@@ -11,7 +11,7 @@ PY=/usr/bin/python3
 
 # Data and a small teacher (plain mpiexec: these are inputs, not what is tested).
 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
-  --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2.tokenizer.json" --output "$T/fortunes" \
+  --tokenizer "$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json" --output "$T/fortunes" \
   >preprocess.log 2>&1 || fail "data preprocess"
 common="--data $T/fortunes --seq-len 32 --micro-batch 2 --dtype f32 --log-interval 1 --eval-iters 1"
 timeout 300 $MPIEXEC -n 2 "$AC_BIN" pretrain --arch "$AC_SOURCE_DIR/configs/models/tiny-teacher.json" $common \
