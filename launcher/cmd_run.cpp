@@ -862,7 +862,10 @@ int run_run(const po::variables_map& vm_in, RunContext& ctx) {
     }
   // The distill stages' expert layout ([distill] ep, etp): EP must divide DP and the teacher's
   // experts must split over it, or the run would stop only at distillation, after the search.
-  // (The student's experts, known after the search, are checked by the stage itself.)
+  // (The student's experts, known after the search, are checked by the stage itself.) A
+  // one-process `run --check` checks the config for the job it will be (world unknown): there
+  // the sizes are checked against the teacher but not against a world of 1.
+  const bool world_known = !(vm["check"].as<bool>() && rt.world_size() == 1);
   for (const auto& s : plan.stages) {
     if (s.name.rfind("distill-", 0) != 0) continue;
     auto value = [&](const char* key, int fallback) {
@@ -872,7 +875,7 @@ int run_run(const po::variables_map& vm_in, RunContext& ctx) {
     };
     const int tp = value("tp", 1), ep = value("ep", 1), etp = value("etp", 1);
     try {
-      dist::resolve_grid(rt.world_size(), {tp, 0, 0, ep});
+      if (world_known) dist::resolve_grid(rt.world_size(), {tp, 0, 0, ep});
       if (etp != 1 && etp != tp) throw InputError("etp", std::to_string(etp), "must be 1 or the TP size " + std::to_string(tp));
       if (const std::string why = model::tp_split_problem(teacher.arch, tp, ep, etp > 1); !why.empty())
         throw InputError("teacher " + teacher.source, "ep " + std::to_string(ep), why);
