@@ -79,6 +79,7 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   take("device", o.device);
   o.local_rank = ctx.runtime.local_rank();
   take("lr", o.lr);
+  take("weights-lr", o.weights_lr);
   take("tau-start", o.tau_start);
   take("tau-end", o.tau_end);
   take("hard-prob", o.hard_prob);
@@ -152,6 +153,9 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "device", po::value<std::string>()->default_value(c.device),
           "auto | cpu | cuda: the teacher and its masks (auto: cuda:<local rank> when there is one)")(
           "lr", po::value<double>()->default_value(c.lr), "Adam learning rate of the architecture logits (--cost-only: 0.05)")(
+          "weights-lr", po::value<double>()->default_value(c.weights_lr),
+          "train the weights jointly with the logits at this AdamW LR (a trainable copy of the teacher; the student is cut "
+          "from the trained weights); 0: the masked model is the frozen teacher (docs/search.md: why this default)")(
           "tau-start", po::value<double>()->default_value(c.tau_start), "Gumbel-softmax temperature at the first step")(
           "tau-end", po::value<double>()->default_value(c.tau_end), "... at the last step (exponential decay)")(
           "hard-prob", po::value<double>()->default_value(c.hard_prob), "fraction of steps with a hard straight-through sample")(

@@ -30,6 +30,8 @@
 #include "distill/objective.h"
 #include "distill/run_parts.h"
 #include "distill/trainer.h"
+#include "distill/weight_optimizer.h"
+#include "checkpoint/model_state.h"
 #include "model/layers/observer.h"
 #include "model/model.h"
 #include "search/costmodel/cost_model.h"
@@ -594,85 +596,166 @@ torch::Tensor expected_choice(const SearchSpace& s, const std::vector<torch::Ten
   return expected_value(probs[size_t(d)], torch::tensor(s.decisions[size_t(d)].choices, torch::kFloat64));
 }
 
+// Every decision's choice probabilities as one flat vector (decision d at offset[d]): one softmax
+// over the [decisions, most choices] matrix of logits, padded with -inf.
+class FlatSoftmax {
+ public:
+  explicit FlatSoftmax(const SearchSpace& s) {
+    int64_t cmax = 1, n = 0;
+    for (const auto& d : s.decisions) cmax = std::max<int64_t>(cmax, int64_t(d.choices.size()));
+    const int64_t D = int64_t(s.decisions.size());
+    std::vector<int64_t> gather(size_t(D * cmax), 0), valid;
+    std::vector<uint8_t> pad(size_t(D * cmax), 1);
+    for (int64_t d = 0; d < D; ++d) {
+      const int64_t c = int64_t(s.decisions[size_t(d)].choices.size());
+      for (int64_t j = 0; j < c; ++j) {
+        gather[size_t(d * cmax + j)] = n + j;
+        pad[size_t(d * cmax + j)] = 0;
+        valid.push_back(d * cmax + j);
+      }
+      n += c;
+    }
+    rows_ = D, cols_ = cmax;
+    gather_ = torch::tensor(gather, torch::kLong);
+    valid_ = torch::tensor(valid, torch::kLong);
+    pad_ = torch::tensor(std::vector<int64_t>(pad.begin(), pad.end()), torch::kLong).to(torch::kBool).view({D, cmax});
+  }
+  torch::Tensor operator()(const torch::Tensor& theta) const {
+    torch::Tensor x = theta.index_select(0, gather_).view({rows_, cols_}).masked_fill(pad_, -std::numeric_limits<double>::infinity());
+    return torch::softmax(x, 1).reshape({-1}).index_select(0, valid_);
+  }
+
+ private:
+  int64_t rows_ = 0, cols_ = 0;
+  torch::Tensor gather_, valid_, pad_;
+};
+
 // The expected cost of a distribution over the space: per-layer expected dimensions on the
-// differentiable cost model, mixed exactly over the hidden-width choices (one model per choice:
-// the formulas are not linear in the hidden width, so E[cost] is taken over it, not cost(E[h])).
+// differentiable cost model, mixed exactly over the hidden-width choices (the formulas are not
+// linear in the hidden width, so E[cost] is taken over it, not cost(E[h])). Every hidden width is
+// evaluated at once ([widths, layers] tensors), and each axis's per-layer expectations are one
+// gather over the flat probabilities: a few dozen tensor operations per step whatever the depth
+// (docs/benchmarks.md, the cost model's share of a search step).
 class SoftCostFn {
  public:
-  SoftCostFn(const SearchSpace& s, const CostTarget& target) : s_(s), target_(target) {
-    std::vector<int64_t> widths = s.hidden >= 0 ? s.decisions[size_t(s.hidden)].choices : std::vector<int64_t>{s.teacher.hidden_size};
-    for (int64_t h : widths) {
-      model::ArchSpec a = s.teacher;
-      a.hidden_size = h;
-      models_.emplace_back(a, target.hardware, target.engine, target.workload);
-    }
+  SoftCostFn(const SearchSpace& s, const CostTarget& target)
+      : s_(s),
+        model_(s.teacher, target.hardware, target.engine, target.workload,
+               s.hidden >= 0 ? s.decisions[size_t(s.hidden)].choices : std::vector<int64_t>{s.teacher.hidden_size}) {
     const auto& t = s.teacher;
-    for (const auto& l : t.layers) {
-      base_heads_.push_back(l.attention ? double(l.attention->num_heads) : 1.0);
-      base_ffn_.push_back(l.mlp ? double(l.mlp->ffn_size) : 1.0);
-      kv_.push_back(l.attention ? double(l.attention->num_kv_heads) : 1.0);
-      base_experts_.push_back(l.moe ? double(l.moe->num_experts) : 1.0);
-      base_top_k_.push_back(l.moe ? double(l.moe->top_k) : 1.0);
-      base_expert_ffn_.push_back(l.moe ? double(l.moe->expert_ffn) : 1.0);
+    const size_t L = t.layers.size();
+    std::vector<int64_t> offset(s.decisions.size() + 1, 0);
+    for (size_t d = 0; d < s.decisions.size(); ++d) offset[d + 1] = offset[d] + int64_t(s.decisions[d].choices.size());
+    if (s.hidden >= 0) hidden_offset_ = offset[size_t(s.hidden)];
+    std::vector<double> heads(L, 1.0), ffn(L, 1.0), kv(L, 1.0), experts(L, 1.0), top_k(L, 1.0), expert_ffn(L, 1.0);
+    for (size_t l = 0; l < L; ++l) {
+      const auto& x = t.layers[l];
+      if (x.attention) heads[l] = double(x.attention->num_heads), kv[l] = double(x.attention->num_kv_heads);
+      if (x.mlp) ffn[l] = double(x.mlp->ffn_size);
+      if (x.moe) experts[l] = double(x.moe->num_experts), top_k[l] = double(x.moe->top_k), expert_ffn[l] = double(x.moe->expert_ffn);
     }
+    auto group = [&](const std::vector<int>& per_layer, const std::vector<double>& scale, const std::vector<double>& base) {
+      Group g;
+      std::vector<int64_t> layers, first;
+      std::vector<double> zero, b;
+      std::vector<std::vector<int64_t>> idx;
+      std::vector<std::vector<double>> val;
+      size_t cmax = 1;
+      for (size_t l = 0; l < L; ++l) {
+        const int d = per_layer[l];
+        if (d < 0) continue;
+        const Decision& x = s.decisions[size_t(d)];
+        layers.push_back(int64_t(l));
+        first.push_back(offset[size_t(d)]);
+        zero.push_back(x.choices[0] == 0 ? 1.0 : 0.0);
+        b.push_back(base[l]);
+        idx.emplace_back();
+        val.emplace_back();
+        for (size_t c = 0; c < x.choices.size(); ++c) {
+          idx.back().push_back(offset[size_t(d)] + int64_t(c));
+          val.back().push_back(double(x.choices[c]) * scale[l]);
+        }
+        cmax = std::max(cmax, x.choices.size());
+      }
+      g.n = int64_t(layers.size());
+      if (g.n == 0) return g;
+      std::vector<int64_t> fi;
+      std::vector<double> fv;
+      for (size_t r = 0; r < idx.size(); ++r)
+        for (size_t c = 0; c < cmax; ++c) {
+          fi.push_back(c < idx[r].size() ? idx[r][c] : idx[r][0]);
+          fv.push_back(c < val[r].size() ? val[r][c] : 0.0);  // padding weighs nothing
+        }
+      g.layers = torch::tensor(layers, torch::kLong);
+      g.first = torch::tensor(first, torch::kLong);
+      g.second = g.first + 1;
+      g.idx = torch::tensor(fi, torch::kLong);
+      g.val = torch::tensor(fv, torch::kFloat64).view({g.n, int64_t(cmax)});
+      g.zero = torch::tensor(zero, torch::kFloat64);
+      g.base = torch::tensor(b, torch::kFloat64);
+      return g;
+    };
+    const std::vector<double> ones(L, 1.0);
+    attn_ = group(s.attn, kv, heads);
+    ffn_ = group(s.ffn, ones, ffn);
+    mamba_ = group(s.mamba, ones, ones);
+    moe_ = group(s.moe, ones, ones);
+    experts_ = group(s.experts, ones, experts);
+    top_k_ = group(s.top_k, ones, top_k);
+    expert_ffn_ = group(s.expert_ffn, ones, expert_ffn);
+    base_heads_ = torch::tensor(heads, torch::kFloat64);
+    base_ffn_ = torch::tensor(ffn, torch::kFloat64);
+    base_experts_ = torch::tensor(experts, torch::kFloat64);
+    base_top_k_ = torch::tensor(top_k, torch::kFloat64);
+    base_expert_ffn_ = torch::tensor(expert_ffn, torch::kFloat64);
+    ones_ = torch::ones({int64_t(L)}, torch::kFloat64);
     reserved_ = target.engine.cuda_graph_bytes + target.engine.non_torch_bytes;
     conc_ = double(std::max<int64_t>(1, target.workload.concurrency));
   }
 
-  // probs: per decision [choices] float64. Returns per metric the expected value (0-dim).
-  std::vector<torch::Tensor> operator()(const std::vector<torch::Tensor>& probs) const {
-    const size_t L = s_.teacher.layers.size();
-    std::vector<torch::Tensor> ak(L), hd(L), mk(L), ff(L), mmk(L), mok(L), ex(L), tk(L), ef(L);
-    auto one = torch::ones({}, torch::kFloat64);
-    bool any_attn = false, any_ffn = false, any_mamba = false, any_moe = false, any_moe_dims = false;
-    for (size_t l = 0; l < L; ++l) {
-      ak[l] = one, hd[l] = torch::full({}, base_heads_[l], torch::kFloat64);
-      mk[l] = one, ff[l] = torch::full({}, base_ffn_[l], torch::kFloat64);
-      mmk[l] = one, mok[l] = one;
-      // An MoE dimension: its expected value (these decisions have no "removed" choice).
-      auto moe_dim = [&](int d, double base) {
-        if (d < 0) return torch::full({}, base, torch::kFloat64);
-        any_moe_dims = true;
-        return expected_choice(s_, probs, d);
-      };
-      ex[l] = moe_dim(s_.experts[l], base_experts_[l]);
-      tk[l] = moe_dim(s_.top_k[l], base_top_k_[l]);
-      ef[l] = moe_dim(s_.expert_ffn[l], base_expert_ffn_[l]);
-      auto keep_and_width = [&](int d, double scale, torch::Tensor& keep, torch::Tensor& width, double base) {
-        const Decision& x = s_.decisions[size_t(d)];
-        const torch::Tensor& p = probs[size_t(d)];
-        auto c = torch::tensor(x.choices, torch::kFloat64) * scale;
-        keep = x.choices[0] == 0 ? 1.0 - p[0] : one;
-        auto e = (p * c).sum();
-        width = torch::where(keep > 1e-6, e / keep.clamp_min(1e-6), torch::full({}, base, torch::kFloat64));
-      };
-      if (s_.attn[l] >= 0) any_attn = true, keep_and_width(s_.attn[l], kv_[l], ak[l], hd[l], base_heads_[l]);
-      if (s_.ffn[l] >= 0) any_ffn = true, keep_and_width(s_.ffn[l], 1.0, mk[l], ff[l], base_ffn_[l]);
-      if (s_.mamba[l] >= 0) any_mamba = true, mmk[l] = probs[size_t(s_.mamba[l])][1];
-      if (s_.moe[l] >= 0) any_moe = true, mok[l] = probs[size_t(s_.moe[l])][1];
-    }
+  // p: every decision's probabilities, flat ([sum of choices] float64, FlatSoftmax's order).
+  // Returns per metric the expected value (0-dim).
+  std::vector<torch::Tensor> operator()(const torch::Tensor& p) const {
+    // Per row of a group: the expected choice (scaled), and P(choice 0) where 0 is a choice.
+    auto expected = [&](const Group& g) { return (p.index_select(0, g.idx).view(g.val.sizes()) * g.val).sum(1); };
+    // A sublayer's keep probability and its expected width given kept, scattered over the layers.
+    auto keep_and_width = [&](const Group& g, const torch::Tensor& base, torch::Tensor& keep, torch::Tensor& width) {
+      const torch::Tensor k = 1.0 - g.zero * p.index_select(0, g.first);
+      const torch::Tensor w = torch::where(k > 1e-6, expected(g) / k.clamp_min(1e-6), g.base);
+      keep = ones_.index_copy(0, g.layers, k);
+      width = base.index_copy(0, g.layers, w);
+    };
     SoftDims d;
-    if (any_attn) d.attn_keep = torch::stack(ak), d.heads = torch::stack(hd);
-    if (any_ffn) d.mlp_keep = torch::stack(mk), d.ffn = torch::stack(ff);
-    if (any_mamba) d.mamba_keep = torch::stack(mmk);
-    if (any_moe) d.moe_keep = torch::stack(mok);
-    if (any_moe_dims) d.experts = torch::stack(ex), d.top_k = torch::stack(tk), d.expert_ffn = torch::stack(ef);
-    std::vector<torch::Tensor> out(6, torch::zeros({}, torch::kFloat64));
-    for (size_t h = 0; h < models_.size(); ++h) {
-      const SoftCost c = models_[h](d);
-      const torch::Tensor w = s_.hidden >= 0 ? probs[size_t(s_.hidden)][int64_t(h)] : one;
-      const torch::Tensor mem = c.weight_bytes + c.activation_bytes + reserved_ + conc_ * c.bytes_per_seq;
-      const torch::Tensor m[6] = {c.params, c.active_params, mem, c.ttft_s, c.tpot_s, c.throughput_tok_s};
-      for (size_t i = 0; i < 6; ++i) out[i] = out[i] + w * m[i];
+    if (attn_.n) keep_and_width(attn_, base_heads_, d.attn_keep, d.heads);
+    if (ffn_.n) keep_and_width(ffn_, base_ffn_, d.mlp_keep, d.ffn);
+    if (mamba_.n) d.mamba_keep = ones_.index_copy(0, mamba_.layers, p.index_select(0, mamba_.second));
+    if (moe_.n) d.moe_keep = ones_.index_copy(0, moe_.layers, p.index_select(0, moe_.second));
+    if (experts_.n || top_k_.n || expert_ffn_.n) {
+      auto dim = [&](const Group& g, const torch::Tensor& base) { return g.n ? base.index_copy(0, g.layers, expected(g)) : base; };
+      d.experts = dim(experts_, base_experts_), d.top_k = dim(top_k_, base_top_k_), d.expert_ffn = dim(expert_ffn_, base_expert_ffn_);
     }
+    const SoftCost c = model_(d);  // [widths] each
+    const torch::Tensor w = s_.hidden >= 0 ? p.narrow(0, hidden_offset_, model_.num_widths()) : torch::ones({1}, torch::kFloat64);
+    const torch::Tensor mem = c.weight_bytes + c.activation_bytes + reserved_ + conc_ * c.bytes_per_seq;
+    const torch::Tensor m[6] = {c.params, c.active_params, mem, c.ttft_s, c.tpot_s, c.throughput_tok_s};
+    std::vector<torch::Tensor> out;
+    for (const auto& x : m) out.push_back((w * x).sum());
     return out;
   }
 
  private:
+  // The decisions of one axis: their layers, flat indices [n * most choices] (padding repeats the
+  // first), choice values [n, most choices] (padding 0), P(choice 0) index and whether 0 is a
+  // choice, the teacher's value where the expectation is undefined (nothing kept).
+  struct Group {
+    int64_t n = 0;
+    torch::Tensor layers, first, second, idx, val, zero, base;
+  };
   const SearchSpace& s_;
-  CostTarget target_;
-  std::vector<DifferentiableCostModel> models_;
-  std::vector<double> base_heads_, base_ffn_, kv_, base_experts_, base_top_k_, base_expert_ffn_;
+  DifferentiableCostModel model_;
+  int64_t hidden_offset_ = 0;
+  Group attn_, ffn_, mamba_, moe_, experts_, top_k_, expert_ffn_;
+  torch::Tensor base_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, ones_;
   double reserved_ = 0, conc_ = 1;
 };
 
@@ -740,10 +823,10 @@ double quality_proxy(const SearchSpace& space, const std::vector<std::vector<dou
 
 std::vector<double> expected_cost(const SearchSpace& space, const CostTarget& target, const std::vector<std::vector<double>>& probs) {
   const SoftCostFn f(space, target);
-  std::vector<torch::Tensor> p;
-  for (const auto& v : probs) p.push_back(torch::tensor(v, torch::kFloat64));
+  std::vector<double> flat;
+  for (const auto& v : probs) flat.insert(flat.end(), v.begin(), v.end());
   std::vector<double> out;
-  for (const auto& t : f(p)) out.push_back(t.item<double>());
+  for (const auto& t : f(torch::tensor(flat, torch::kFloat64))) out.push_back(t.item<double>());
   return out;
 }
 
@@ -795,6 +878,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   if (!(o.tau_start > 0 && o.tau_end > 0)) throw InputError("--tau-start/--tau-end", "value", "must be positive");
   if (o.hard_prob < 0 || o.hard_prob > 1) throw InputError("--hard-prob", fmt(o.hard_prob), "must be in [0, 1]");
   if (o.warmup < 0 || o.warmup > 1) throw InputError("--budget-warmup", fmt(o.warmup), "must be in [0, 1]");
+  if (!(o.weights_lr >= 0)) throw InputError("--weights-lr", fmt(o.weights_lr), "must be 0 (frozen teacher) or positive");
+  if (o.weights_lr > 0 && o.cost_only) throw InputError("--weights-lr", fmt(o.weights_lr), "--cost-only has no weights to train");
   // The device first: `--device cuda` without one stops every rank before any model.
   const distill::RunDevice rd = distill::choose_run_device(o.device, o.local_rank, o.dtype);
   const torch::Device dev = rd.device;
@@ -856,6 +941,27 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
     teacher->to(dev);
   }
+  // With --weights-lr: the masked model is a trainable copy of the teacher (loaded before the
+  // optimizer takes its fp32 masters); the teacher stays frozen and gives the KD targets.
+  const bool train_weights = o.weights_lr > 0;
+  model::CausalLM student{nullptr};
+  std::unique_ptr<distill::WeightOptimizer> wopt;
+  if (train_weights) {
+    student = distill::load_frozen_teacher(teacher_path, tp, dtype);
+    for (auto& p : student->parameters()) p.requires_grad_(true);
+    student->to(dev);
+    distill::WeightOptimConfig wc;
+    wc.lr = o.weights_lr;
+    wc.min_lr = o.weights_lr / 10;
+    wc.steps = o.steps;
+    wc.warmup = std::min<int64_t>(10, o.steps / 10);
+    wc.weight_decay = 0;  // a search step, not pretraining: nothing pulls the teacher's weights toward 0
+    wopt = std::make_unique<distill::WeightOptimizer>(student, std::vector<dist::OptimParam>{}, layout.dp(), &layout.tp(),
+                                                      tp_size, wc);
+  }
+  // The model the masks act on: the trainable copy, or the frozen teacher itself.
+  model::CausalLM& masked = train_weights ? student : teacher;
+  const json teacher_arch_j = model::arch_to_json(teacher_spec);
 
   // ---- parameters
   const size_t D = space.decisions.size();
@@ -897,6 +1003,13 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     const json& a = r.attributes();
     if (a.value("space", json()) != space_json || a.value("budgets", json()) != budgets_j)
       throw InputError(path, "space", "the search checkpoint is of another search space or other budgets (a different search in the same --out?)");
+    if (a.value("weights_lr", 0.0) != o.weights_lr)
+      throw InputError(path, "--weights-lr", "the search checkpoint was written with --weights-lr " + fmt(a.value("weights_lr", 0.0)) +
+                                                 ", this search has " + fmt(o.weights_lr) + " (a different search in the same --out?)");
+    if (train_weights) {
+      checkpoint::load_model(student, r);
+      wopt->load(r);
+    }
     st.theta = r.read("search/theta").to(torch::kFloat64);
     st.m = r.read("search/adam_m").to(torch::kFloat64);
     st.v = r.read("search/adam_v").to(torch::kFloat64);
@@ -922,7 +1035,17 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     };
     if (!budgets.empty()) tensors.push_back({"search/lambda", {int64_t(budgets.size())}, {}, st.lambda.contiguous(), w});
     json attrs = {{"kind", "search"}, {"space", space_json}, {"budgets", budgets_j}, {"adam_steps", st.adam_steps},
-                  {"data_cursor", loader->cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_j}};
+                  {"data_cursor", loader->cursor().to_json()}, {"teacher", teacher_path}, {"layout", layout_j},
+                  {"weights_lr", o.weights_lr}};
+    if (train_weights) {
+      // The trained weights as a model checkpoint (its arch_spec is the teacher's): the student
+      // is pruned from the final one.
+      for (auto& t : checkpoint::model_tensors(student, dp_rank == 0, "model/", true)) tensors.push_back(std::move(t));
+      for (auto& t : wopt->tensors()) tensors.push_back(std::move(t));
+      attrs[checkpoint::kArchSpecAttribute] = teacher_arch_j;
+      attrs["optimizer"] = wopt->attributes();
+      attrs["lr_schedule"] = wopt->schedule_attributes();
+    }
     checkpoints->save(st.step, tensors, attrs, nullptr, why);
   };
 
@@ -930,6 +1053,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   CostTarget cost_target = target ? *target
                                    : CostTarget{load_hardware("h100", o.configs_dir), engine, load_workload("in-game", o.configs_dir)};
   const SoftCostFn soft_cost(space, cost_target);  // parameter counts do not depend on the target
+  const FlatSoftmax flat_softmax(space);
   auto proxy_of = [&](const std::vector<int>& pick) {
     std::vector<std::vector<double>> onehot;
     for (size_t d = 0; d < pick.size(); ++d) {
@@ -981,7 +1105,13 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     std::cout << "search: " << D << " decisions (" << N << " logits) over " << teacher_spec.layers.size() << " layers, TP "
               << tp_size << " x DP " << dp << ", " << tokens_per_step << " tokens per step, steps " << st.step << " -> "
               << o.steps << "\n"
-              << "dtype: " << rd.dtype_choice.dtype << " (" << rd.dtype_choice.reason << ")\n";
+              << "dtype: " << rd.dtype_choice.dtype << " (" << rd.dtype_choice.reason << ")\n"
+              << (train_weights ? "weights: a trainable copy of the teacher, AdamW at lr " + fmt(o.weights_lr) +
+                                      " (--weights-lr); the student is cut from the trained weights"
+                                : std::string("weights: the frozen teacher (--weights-lr 0)"))
+              << "\n";
+    if (train_weights)
+      if (const std::string d = wopt->describe(dp); !d.empty()) std::cout << d << "\n";
     for (const auto& n : space.notes) std::cout << "  " << n << "\n";
     for (const auto& b : budgets)
       std::cout << "  budget " << b.option << ": " << (b.at_least ? ">= " : "<= ") << shown_text(b.metric, b.value)
@@ -994,6 +1124,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   double interval_kd = 0, cost_s = 0;  // cost_s: time in the cost model and its Lagrangian (this interval)
   double tau = o.tau_start;
   bool hard = false;
+  distill::WeightOptimizer::Step last_weights;  // --weights-lr: the last weight step
   std::vector<double> soft_values(budgets.size()), limits(budgets.size());  // of the last step
   const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   distill::StepLoop loop;
@@ -1040,13 +1171,15 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
         t = distill::forward_logits(teacher, batch.input);
       }
       set_masks(y);
-      teacher->set_observer(&masks);
-      const distill::Forward s = distill::forward_logits(teacher, batch.input);
-      teacher->set_observer(nullptr);
+      masked->set_observer(&masks);
+      const distill::Forward s = distill::forward_logits(masked, batch.input);
+      masked->set_observer(nullptr);
       distill::LossParts parts;
       torch::Tensor kd = kd_loss(s, t, batch.labels, parts);
       kd.backward();
       g = theta.grad().clone();
+      // The weights: ZeRO-1 AdamW over DP (TP partial gradients reduced first).
+      if (train_weights) last_weights = wopt->step(step, checkpoints->dir());
       // Units split over TP: each rank saw its own; the rest is replicated and already whole.
       if (tp_size > 1) {
         torch::Tensor part = g * tp_summed;
@@ -1064,7 +1197,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     // Budgets on the expected cost of the current distribution, ramped from the teacher's value.
     const auto t_cost = clock::now();
     torch::Tensor theta_c = st.theta.clone().requires_grad_(true);
-    const std::vector<torch::Tensor> soft = soft_cost(probs_of(theta_c));
+    const std::vector<torch::Tensor> soft = soft_cost(flat_softmax(theta_c));
     const double ramp = o.warmup > 0 ? std::min(1.0, double(step) / (o.warmup * double(o.steps))) : 1.0;
     torch::Tensor penalty = torch::zeros({}, torch::kFloat64);
     std::vector<double> viol(budgets.size());
@@ -1114,6 +1247,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       json line = {{"step", step}, {o.cost_only ? "proxy" : "kd_loss", (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps)}, {"tau", tau},
                    {"entropy", entropy}, {"tokens_per_s", tok_s}, {"hard", hard}, {"cost_model_share", cost_s / std::max(dt, 1e-9)},
                    {"elapsed_s", std::chrono::duration<double>(clock::now() - t_start).count()}};
+      if (train_weights) line["weights"] = {{"lr", last_weights.lr}, {"grad_norm", last_weights.grad_norm}, {"skipped", wopt->skipped_total()}};
       std::ostringstream os;
       os << "search " << step << "/" << o.steps << (o.cost_only ? " | proxy " : " | kd ") << std::fixed << std::setprecision(4)
          << (o.cost_only ? -1.0 : 1.0) * interval_kd / double(interval_steps);
@@ -1127,6 +1261,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       }
       line["budgets"] = cons;
       metrics.write(line);
+      if (train_weights)
+        os << " | weights lr " << std::scientific << std::setprecision(2) << last_weights.lr << " gnorm " << last_weights.grad_norm
+           << std::fixed;
       os << " | tau " << std::setprecision(3) << tau << " | entropy " << std::setprecision(3) << entropy << " | ";
       if (o.cost_only)  // no tokens: the step rate
         os << std::setprecision(1) << double(interval_steps) / std::max(dt, 1e-9) << " steps/s";
@@ -1198,9 +1335,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
           y.push_back(h);
         }
         set_masks(y);
-        teacher->set_observer(&masks);
-        const distill::Forward s = distill::forward_logits(teacher, batch.input);
-        teacher->set_observer(nullptr);
+        masked->set_observer(&masks);
+        const distill::Forward s = distill::forward_logits(masked, batch.input);
+        masked->set_observer(nullptr);
         distill::LossParts parts;
         kd_loss(s, t, batch.labels, parts);
         kd_sum[c] += parts.kd;
@@ -1252,6 +1389,8 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     json report = {{"format", "autocompress.search_report"},
                    {"version", 1},
                    {"teacher", teacher_path},
+                   {"weights", train_weights ? json{{"lr", o.weights_lr}, {"source", checkpoints->latest()}}
+                                             : json{{"lr", 0.0}, {"source", teacher_path}}},
                    {"hardware", target ? target->hardware.id : ""},
                    {"engine", engine.id},
                    {"workload", target ? target->workload.id : ""},
@@ -1309,7 +1448,10 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   po.tp = o.tp;
   po.student_source = o.out + "/arch.json";
   po.scores_source = o.scores_source;
-  res.student_path = prune_checkpoint(world, teacher_path, scores, res.student, o.out + "/student", po).path;
+  // With --weights-lr the student is cut from the trained weights (the final search checkpoint
+  // holds them as a model checkpoint of the teacher's architecture), else from the teacher.
+  const std::string weights_path = train_weights ? checkpoints->latest() : teacher_path;
+  res.student_path = prune_checkpoint(world, weights_path, scores, res.student, o.out + "/student", po).path;
   return res;
 }
 

@@ -192,6 +192,13 @@ struct DasOptions {
   double rho = 1.0;                      // augmented-Lagrangian penalty and multiplier step
   double warmup = 0.3;                   // fraction of the steps over which budgets ramp in
   double temperature = 1.0;              // KD temperature
+  // Weights trained jointly with the logits (`--weights-lr`): 0 keeps the masked model the
+  // frozen teacher. Above 0 the masked model is a trainable copy of the teacher (the teacher
+  // itself stays frozen for the KD targets), stepped by distill::WeightOptimizer (ZeRO-1 AdamW
+  // over DP, no weight decay, cosine from this LR to a tenth of it after a warmup of
+  // min(10, steps / 10) steps); its weights and optimizer state are in the search checkpoint,
+  // and the candidates are scored and the student is pruned from the trained weights.
+  double weights_lr = 0.0;
   // Discretization: the argmax and `candidates - 1` samples of the final distribution, each
   // repaired to meet every budget, are scored as hard models by KD loss on `score_batches`
   // micro-batches of the calibration split; the lowest wins (1: the argmax alone).

@@ -24,7 +24,8 @@ struct SoftDims {
   torch::Tensor moe_keep, experts, top_k, expert_ffn;
 };
 
-// 0-dim tensors, except the two per-layer breakdowns ([num_layers]).
+// 0-dim tensors, except the two per-layer breakdowns ([num_layers]). Of a model over several
+// hidden widths: [widths] and [widths, num_layers].
 struct SoftCost {
   torch::Tensor params, active_params, weight_bytes, kv_bytes_per_token, state_bytes_per_seq, activation_bytes,
       kv_budget_bytes, bytes_per_seq, concurrency_limit, max_concurrency, concurrency, ttft_s, tpot_s, decode_tok_s,
@@ -35,14 +36,22 @@ struct SoftCost {
 class DifferentiableCostModel {
  public:
   DifferentiableCostModel(const model::ArchSpec& base, HardwareProfile hw, EngineProfile engine, Workload workload);
+  // The same formulas at each of `hidden_widths` at once (one evaluation over [widths,
+  // num_layers] tensors instead of one model per width: the search mixes its hidden choices
+  // this way). Row i equals the one-width model of `base` with hidden_size = hidden_widths[i].
+  DifferentiableCostModel(const model::ArchSpec& base, HardwareProfile hw, EngineProfile engine, Workload workload,
+                          const std::vector<int64_t>& hidden_widths);
   SoftCost operator()(const SoftDims& soft) const;
   int64_t num_layers() const { return int64_t(base_.layers.size()); }
+  int64_t num_widths() const { return widths_; }
 
  private:
   model::ArchSpec base_;
   HardwareProfile hw_;
   EngineProfile engine_;
   Workload workload_;
+  int64_t widths_ = 1;
+  bool batched_ = false;
   struct Impl;
   std::shared_ptr<const Impl> impl_;
 };

@@ -52,7 +52,9 @@ struct Ops;
 
 template <>
 struct Ops<Vec> {
-  using S = double;  // a model-level scalar
+  using S = double;   // a model-level scalar
+  using Hd = double;  // the hidden width
+  static double make_hidden(double h) { return h; }
   static Vec full(const Vec& like, double x) { return Vec(like.size(), x); }
   static Vec maximum(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return std::max(x, y); }); }
   static Vec maximum(const Vec& a, double b) { return map(a, [b](double x) { return std::max(x, b); }); }
@@ -124,9 +126,15 @@ class Evaluator {
  public:
   using O = Ops<T>;
   using S = typename O::S;
+  using Hd = typename O::Hd;
+  // `h`: the hidden width. The differentiable model passes one per row ([H, 1]) to evaluate
+  // several hidden widths at once over [H, num_layers] dims (sums and maxima over the last dim).
+  Evaluator(const Globals& g, const LayerDims<T>& d, const HardwareProfile& hw, const EngineProfile& e,
+            const Workload& w, Hd h)
+      : g_(g), d_(d), hw_(hw), e_(e), w_(w), h_(std::move(h)) {}
   Evaluator(const Globals& g, const LayerDims<T>& d, const HardwareProfile& hw, const EngineProfile& e,
             const Workload& w)
-      : g_(g), d_(d), hw_(hw), e_(e), w_(w) {}
+      : Evaluator(g, d, hw, e, w, O::make_hidden(g.hidden)) {}
 
   // Roofline of one operator: max(compute, memory) with the efficiency curves folded in,
   // (work + half) / (peak * max), plus the fixed per-operator overhead. `groups` > 1 is a
@@ -159,7 +167,7 @@ class Evaluator {
   T one() const { return O::full(d_.attn_keep, 1.0); }
 
   T layer_params(bool active) const {
-    const double h = g_.hidden;
+    const Hd& h = h_;
     const auto& d = d_;
     T qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
     T attn = h + h * qd + 2.0 * h * kvd + qd * h + d.qkv_bias * (qd + 2.0 * kvd) + d.o_bias * h + d.qk_norm * 2.0 * d.head_dim;
@@ -177,7 +185,7 @@ class Evaluator {
   // after `past` cached tokens. Decode is s = 1.
   T layers_time(const S& n, const S& b, double s, double past, bool decode) const {
     if (decode && hw_.decode.measured) return measured_decode_time(n, b, past);
-    const double h = g_.hidden;
+    const Hd& h = h_;
     const auto& d = d_;
     const T N = one() * n;
     // attention
@@ -271,7 +279,7 @@ class Evaluator {
   // One decode step of every layer with the measured decode-step cost: each sublayer's GEMMs on
   // the one-row GEMM line plus the sublayer's measured rest (norm and residual included).
   T measured_decode_time(const S& n, const S& b, double past) const {
-    const double h = g_.hidden;
+    const Hd& h = h_;
     const auto& d = d_;
     const auto& c = hw_.decode;
     const T H = one() * h;
@@ -302,7 +310,8 @@ class Evaluator {
   // MoE: fp32 accumulator, router scores, shared expert, one expert's tokens). The KV cache
   // and Mamba state are counted in bytes_per_seq, not here.
   T eager_layer_activation(double t) const {
-    const double h = g_.hidden, a = g_.abytes;
+    const Hd& h = h_;
+    const double a = g_.abytes;
     const auto& d = d_;
     T qd = d.heads * d.head_dim;
     T gqa = 1.0 - O::maximum(1.0 - (d.heads - d.kv_heads), 0.0);  // 1 when K/V are expanded to the query heads
@@ -331,7 +340,8 @@ class Evaluator {
 
   // Embedding gather and final norm over n tokens, and the LM head for `rows` logits.
   S head_time(const S& n, const S& rows, bool with_head, bool decode = false) const {
-    const double h = g_.hidden, V = g_.vocab;
+    const Hd& h = h_;
+    const double V = g_.vocab;
     auto t = [&](const S& flops, const S& bytes, const EfficiencyCurve& c) {
       return O::maximum((flops + c.half) / (hw_.peak_flops * c.max),
                         (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max)) +
@@ -348,11 +358,12 @@ class Evaluator {
   CostResult<T> run() const {
     CostResult<T> r;
     const auto& d = d_;
-    const double h = g_.hidden, V = g_.vocab;
+    const Hd& h = h_;
+    const double V = g_.vocab;
     // ---- memory
     r.layer_params = layer_params(false);
     r.layer_active_params = layer_params(true);
-    const double embed = V * h * (g_.tie ? 1.0 : 2.0) + h;
+    const Hd embed = V * h * (g_.tie ? 1.0 : 2.0) + h;
     r.params = O::sum(r.layer_params) + embed;
     r.active_params = O::sum(r.layer_active_params) + embed;
     r.layer_weight_bytes = r.layer_params * g_.wbytes + d.moe_keep * d.router_buffer * d.experts * 4.0;
@@ -430,6 +441,7 @@ class Evaluator {
   const HardwareProfile& hw_;
   const EngineProfile& e_;
   const Workload& w_;
+  Hd h_;
 };
 
 }  // namespace ac::search::detail

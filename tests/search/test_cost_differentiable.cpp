@@ -186,3 +186,75 @@ TEST(DifferentiableCost, GradientsReachChoiceProbabilities) {
   EXPECT_TRUE(torch::isfinite(logits.grad()).all().item<bool>());
   EXPECT_GT(logits.grad().abs().sum().item<double>(), 0);
 }
+
+// Several hidden widths at once ([widths, layers]): row i equals the one-width model of the
+// spec at that width, values and gradients, on soft (not one-hot) dims; for a dense model on
+// vLLM, a hybrid MoE model with the hybrid page rule, and the eager engine with measured
+// decode and Mamba costs.
+TEST(DifferentiableCost, BatchedHiddenWidthsEqualOneModelPerWidth) {
+  auto hw_d = load_hardware("b200", kConfigs);
+  hw_d.mamba = {true, 2e-11, 5e-9, 1.6e-8, 2e-4, 9e-10, 8e-8, 1.6e-4};
+  hw_d.decode = {true, 2e-5, 9e-11, 3e-8, 1.2e-4, 1.7e-10, 7e-10, 2.7e-5, 8.8e-9, 1e-5, 2.4e-5, 2.1e-5};
+  struct Case {
+    std::string arch, engine, workload;
+    HardwareProfile hw;
+  };
+  const std::vector<Case> cases = {
+      {"llama-3-8b", "vllm", "batched-serving", load_hardware("h100", kConfigs)},
+      {"nemotron-3-super", "vllm", "long-context-128k", load_hardware("b200", kConfigs)},
+      {"nemotron-3-super", "local-eager", "in-game", hw_d},
+  };
+  for (const auto& c : cases) {
+    const ArchSpec base = load_arch(kConfigs + "/models/" + c.arch + ".json");
+    const auto e = load_engine(c.engine, kConfigs);
+    const auto w = load_workload(c.workload, kConfigs);
+    const int64_t L = int64_t(base.layers.size()), h = base.hidden_size;
+    const std::vector<int64_t> widths = {h, h / 2, h / 4};
+    const DifferentiableCostModel batched(base, c.hw, e, w, widths);
+    ASSERT_EQ(batched.num_widths(), 3);
+    torch::manual_seed(3);
+    const torch::Tensor u = torch::rand({L}, torch::kFloat64);
+    auto soft = [&](const torch::Tensor& x) {
+      SoftDims d;
+      d.keep = 0.5 + 0.5 * x;
+      d.heads = d.kv_heads = torch::ones({L}, torch::kFloat64);  // overwritten below where attention
+      std::vector<double> heads(size_t(L), 1.0), experts(size_t(L), 1.0);
+      for (int64_t i = 0; i < L; ++i) {
+        if (const auto& a = base.layers[size_t(i)].attention) heads[size_t(i)] = a->num_heads;
+        if (const auto& m = base.layers[size_t(i)].moe) experts[size_t(i)] = m->num_experts;
+      }
+      d.heads = torch::tensor(heads, torch::kFloat64) * (0.6 + 0.4 * x);
+      d.kv_heads = torch::Tensor();
+      d.experts = torch::tensor(experts, torch::kFloat64) * (0.5 + 0.5 * x);
+      return d;
+    };
+    torch::Tensor xb = u.clone().requires_grad_(true);
+    const SoftCost b = batched(soft(xb));
+    ASSERT_EQ(b.tpot_s.sizes(), torch::IntArrayRef({3}));
+    ASSERT_EQ(b.layer_decode_s.sizes(), torch::IntArrayRef({3, L}));
+    const torch::Tensor mix = torch::tensor({0.2, 0.5, 0.3}, torch::kFloat64);
+    (mix * (b.tpot_s + b.ttft_s + 1e-12 * (b.weight_bytes + b.bytes_per_seq))).sum().backward();
+    torch::Tensor grad_single = torch::zeros({L}, torch::kFloat64);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      ArchSpec a = base;
+      a.hidden_size = widths[i];
+      const DifferentiableCostModel one(a, c.hw, e, w);
+      torch::Tensor xs = u.clone().requires_grad_(true);
+      const SoftCost s = one(soft(xs));
+      const std::string what = c.arch + " " + c.engine + " " + c.workload + " hidden " + std::to_string(widths[i]);
+      const int64_t r = int64_t(i);
+      for (auto [x, y] : {std::pair{b.params, s.params}, {b.active_params, s.active_params}, {b.weight_bytes, s.weight_bytes},
+                          {b.activation_bytes, s.activation_bytes}, {b.bytes_per_seq, s.bytes_per_seq},
+                          {b.max_concurrency, s.max_concurrency}, {b.ttft_s, s.ttft_s}, {b.tpot_s, s.tpot_s},
+                          {b.throughput_tok_s, s.throughput_tok_s}})
+        EXPECT_LT(rel(x[r].item<double>(), y.item<double>()), 1e-12) << what;
+      EXPECT_LT((b.layer_decode_s[r] - s.layer_decode_s).abs().max().item<double>(), 1e-12 * s.tpot_s.item<double>()) << what;
+      EXPECT_LT((b.layer_prefill_s[r] - s.layer_prefill_s).abs().max().item<double>(), 1e-12 * s.ttft_s.item<double>()) << what;
+      (mix[r] * (s.tpot_s + s.ttft_s + 1e-12 * (s.weight_bytes + s.bytes_per_seq))).backward();
+      grad_single += xs.grad();
+    }
+    EXPECT_LT((xb.grad() - grad_single).abs().max().item<double>(), 1e-9 * grad_single.abs().max().item<double>() + 1e-300)
+        << c.arch << " " << c.engine;
+    EXPECT_GT(grad_single.abs().max().item<double>(), 0.0) << c.arch;
+  }
+}

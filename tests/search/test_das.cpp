@@ -473,3 +473,90 @@ TEST(DasSearch, ResumeIsBitwiseAndTpDpEqualsOneRank) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 }
+
+namespace {
+
+// Every dataset under `prefix` of two checkpoints, bitwise equal (and at least one).
+void expect_same_datasets(const std::string& a, const std::string& b, const std::string& prefix) {
+  checkpoint::CheckpointReader ra(checkpoint::resolve_checkpoint(a)), rb(checkpoint::resolve_checkpoint(b));
+  int n = 0;
+  for (const auto& d : ra.datasets()) {
+    if (d.name.rfind(prefix, 0) != 0) continue;
+    ++n;
+    ASSERT_TRUE(rb.has(d.name)) << d.name;
+    EXPECT_TRUE(torch::equal(ra.read(d.name), rb.read(d.name))) << d.name;
+  }
+  EXPECT_GT(n, 0) << prefix;
+}
+
+}  // namespace
+
+// --weights-lr: the masked model is a trainable copy of the teacher. Kill + resume is bitwise
+// (logits, weights and their optimizer state in the search checkpoint); the weights move; TP 2 x
+// DP 2 agrees with one rank; the student is cut from the trained weights, not the teacher's.
+TEST(DasSearch, JointWeightsResumeBitwiseAndTheStudentIsCutFromThem) {
+  ToyRun t = make_toy("das-weights");
+  auto o = toy_options(t, "full");
+  o.steps = 8;
+  o.save_interval = 4;
+  o.constraints.params_ratio = 0.7;
+  o.weights_lr = 1e-3;
+  o.tp = world_size() % 2 == 0 ? 2 : 1;
+  o.micro_batch = 8 / world_size() * o.tp;
+  const auto full = search::run_search(o, t.scores, MPI_COMM_WORLD);
+  auto resumed = o;
+  resumed.out = t.dir + "/resumed";
+  if (world_rank() == 0) {
+    fs::create_directories(resumed.out + "/search");
+    fs::copy_file(o.out + "/search/step_4.h5", resumed.out + "/search/step_4.h5");
+    std::ofstream(resumed.out + "/search/latest") << "step_4.h5\n";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto r = search::run_search(resumed, t.scores, MPI_COMM_WORLD);
+  EXPECT_EQ(r.steps_done, 8);
+  EXPECT_TRUE(torch::equal(final_theta(o.out), final_theta(resumed.out)));
+  expect_same_datasets(o.out + "/search", resumed.out + "/search", "model/");
+  expect_same_datasets(o.out + "/search", resumed.out + "/search", "optimizer/");
+  expect_same_datasets(o.out + "/student", resumed.out + "/student", "model/");
+  // A resume with another --weights-lr is refused by name.
+  auto other = resumed;
+  other.weights_lr = 0;
+  try {
+    search::run_search(other, t.scores, MPI_COMM_WORLD);
+    ADD_FAILURE() << "a checkpoint of another --weights-lr was resumed";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--weights-lr"), std::string::npos) << e.what();
+  }
+  // The weights moved, and the student is the pruned trained weights: equal to pruning the final
+  // search checkpoint, different from pruning the teacher.
+  checkpoint::CheckpointReader trained(checkpoint::resolve_latest(o.out + "/search")),
+      teacher(checkpoint::resolve_checkpoint(t.dir + "/teacher"));
+  EXPECT_FALSE(torch::equal(trained.read("model/lm_head.weight"), teacher.read("model/lm_head.weight")));
+  search::PruneOptions po;
+  search::prune_checkpoint(MPI_COMM_WORLD, o.out + "/search", t.scores, full.student, t.dir + "/pruned-trained", po);
+  search::prune_checkpoint(MPI_COMM_WORLD, t.dir + "/teacher", t.scores, full.student, t.dir + "/pruned-teacher", po);
+  auto a = load_student(o.out + "/student"), b = load_student(t.dir + "/pruned-trained"), c = load_student(t.dir + "/pruned-teacher");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto ids = torch::randint(0, toy_spec().vocab_size, {2, 13}, gen);
+  EXPECT_TRUE(torch::equal(logits(a, ids), logits(b, ids)));
+  EXPECT_GT((logits(a, ids) - logits(c, ids)).abs().max().item<double>(), 1e-4);
+  // The same search on rank 0 alone (TP 1 x DP 1, one micro-batch of the whole global batch).
+  if (world_size() > 1) {
+    MPI_Comm one;
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
+    if (world_rank() == 0) {
+      auto single = o;
+      single.out = t.dir + "/single";
+      single.tp = 1;
+      single.micro_batch = 8;
+      search::run_search(single, t.scores, one);
+      const auto x = final_theta(o.out), y = final_theta(single.out);
+      EXPECT_LT((x - y).abs().max().item<double>(), 1e-4) << x << y;
+      checkpoint::CheckpointReader rs(checkpoint::resolve_latest(single.out + "/search"));
+      const auto w1 = trained.read("model/lm_head.weight"), w2 = rs.read("model/lm_head.weight");
+      EXPECT_LT((w1 - w2).abs().max().item<double>(), 1e-5);
+      MPI_Comm_free(&one);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}

@@ -7,7 +7,7 @@
 # impossible budget) exits 2 naming the option before anything is written. `--cost-only` on an
 # ArchSpec alone writes the architecture and its report, and nothing else.
 source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
-rm -rf "$T/teacher" "$T/s1" "$T/s2" "$T/s3" "$T/bad" "$T"/*.h5
+rm -rf "$T/teacher" "$T/s1" "$T/s2" "$T/s3" "$T/s4" "$T/bad" "$T"/*.h5
 make_data
 TEACHER_ARCH=$AC_SOURCE_DIR/configs/models/tiny-teacher.json
 timeout 300 $MPIEXEC -n 2 "$AC_BIN" pretrain --arch "$TEACHER_ARCH" $TRAIN_COMMON --steps 4 --eval-interval 0 \
@@ -58,7 +58,23 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 assert a["final_probs"] == b["final_probs"], "final distributions differ"
 PYEOF
 
+# --weights-lr: weights trained jointly (a trainable copy of the teacher); the student is cut
+# from the trained weights, which the final search checkpoint holds.
+expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" "${S[@]}" --tp 2 --steps 4 --save-interval 2 --weights-lr 1e-3 --out "$T/s4"
+expect_out "weights: a trainable copy of the teacher, AdamW at lr 0.001"
+expect_out "weights lr .* gnorm"
+expect_rc 0 "$AC_BIN" checkpoint verify "$T/s4/student"
+$PY - "$T/s4/search_report.json" "$T/s4/metrics.jsonl" <<'PYEOF' || fail "joint-weights report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["weights"]["lr"] == 1e-3 and r["weights"]["source"].endswith("step_4.h5"), r["weights"]
+lines = [json.loads(l) for l in open(sys.argv[2])]
+assert all(l["weights"]["grad_norm"] > 0 for l in lines), lines
+PYEOF
+
 # Bad input: exit 2 naming the option, nothing written.
+expect_rc 2 "$AC_BIN" "${S[@]}" --weights-lr -1 --out "$T/bad"
+expect_out "\-\-weights-lr: -1"
 expect_rc 2 "$AC_BIN" "${S[@]}" --axes hidden depth --out "$T/bad"
 expect_out "\-\-axes: depth: unknown axis"
 expect_rc 2 "$AC_BIN" "${B[@]}" --target-tpot-ms-ratio 0.8 --engine vllm --axes attn_heads --out "$T/bad"
