@@ -26,7 +26,18 @@ constexpr const char* kDefaultGompSpincount = "1000";
 // thread), for a help / version call or no arguments (loading LibTorch twice costs ~0.5 s),
 // or when the re-exec is impossible (no /proc, the program was started through the dynamic
 // loader); then the run goes on with libgomp's defaults.
+//
+// The same re-exec sets OPENBLAS_CORETYPE (unless set) when OpenBLAS picked a core without
+// AVX2 kernels on a CPU that has them: Debian 12's OpenBLAS 0.3.21 does not know newer Intel
+// models (a Sapphire Rapids VM that reports "Intel Xeon Processor") and falls back to its
+// Prescott (SSE3) kernels, ~2-3x slower gemv / small GEMMs than its AVX-512 ones. AVX-512
+// F/BW/DQ/VL -> SkylakeX, else AVX2 + FMA -> Haswell (openblas_core_upgrade()). This one is
+// done at one thread too. OpenBLAS reads it once, when it is loaded.
 void default_omp_wait(int argc, char** argv);
+
+// The OPENBLAS_CORETYPE the re-exec would set ("" for none: not OpenBLAS, already set, or
+// OpenBLAS's core already has AVX2 kernels or the CPU has none).
+std::string openblas_core_upgrade();
 
 // How OpenMP workers wait in this process, for reports: "OMP_WAIT_POLICY=..." and/or
 // "GOMP_SPINCOUNT=..." as set, or "libgomp default".

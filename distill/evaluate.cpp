@@ -64,6 +64,31 @@ std::optional<LastWordExample> last_word_example(const data::BpeTokenizer& tok, 
   return ex;
 }
 
+// TP 1: each row's cross-entropy and argmax from its logits [N, V] without a softmax tensor.
+// max(1) gives the row maxima and the argmax in one pass; then exp(l - max) is summed over
+// blocks of rows small enough to stay in cache (one reused buffer, the logits unchanged). The
+// loss is computed as vocab_parallel_cross_entropy computes it: log(sum exp(l - max)) -
+// (l[t] - max). It saves the eval pass the fp32 copy of the logits, the softmax division
+// kept for backward, and a separate argmax pass (docs/benchmarks.md, tenth session).
+std::pair<torch::Tensor, torch::Tensor> cross_entropy_and_argmax(const torch::Tensor& logits, const torch::Tensor& labels) {
+  const torch::Tensor l = logits.to(torch::kFloat32).contiguous();
+  const int64_t N = l.size(0), V = l.size(1);
+  auto [row_max, argmax] = l.max(1);
+  torch::Tensor sum_exp = torch::empty({N}, l.options());
+  const int64_t block = std::max<int64_t>(1, (int64_t(1) << 18) / std::max<int64_t>(1, V));  // ~1 MB of fp32
+  torch::Tensor buf = torch::empty({std::min(block, N), V}, l.options());
+  for (int64_t r = 0; r < N; r += block) {
+    const int64_t n = std::min(block, N - r);
+    torch::Tensor b = buf.narrow(0, 0, n);
+    at::sub_out(b, l.narrow(0, r, n), row_max.narrow(0, r, n).unsqueeze(1));
+    b.exp_();
+    torch::Tensor out = sum_exp.narrow(0, r, n);
+    at::sum_out(out, b, {1});
+  }
+  torch::Tensor picked = l.gather(1, labels.to(torch::kLong).unsqueeze(1)).squeeze(1) - row_max;
+  return {sum_exp.log() - picked, argmax};
+}
+
 }  // namespace
 
 EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::function<void(int64_t, int64_t)>& progress) {
@@ -158,11 +183,17 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
     torch::Tensor input = ids.narrow(1, 0, cfg.seq_len).contiguous();
     torch::Tensor labels = ids.narrow(1, 1, cfg.seq_len).contiguous();
     torch::Tensor local = m->logits_local(m->hidden_states(input));
-    torch::Tensor ce = dist::vocab_parallel_cross_entropy(local.reshape({-1, local.size(2)}), labels.reshape({-1}),
-                                                          *tp.comm, vocab)
-                           .to(torch::kDouble)
-                           .view({cfg.micro_batch, cfg.seq_len});
-    torch::Tensor hit = (m->gather_logits(local).argmax(-1) == labels).to(torch::kDouble);
+    torch::Tensor ce, hit;
+    if (tp.size() == 1) {
+      auto [loss, argmax] = cross_entropy_and_argmax(m->gather_logits(local).reshape({-1, vocab}), labels.reshape({-1}));
+      ce = loss.to(torch::kDouble).view({cfg.micro_batch, cfg.seq_len});
+      hit = (argmax.view_as(labels) == labels).to(torch::kDouble);
+    } else {
+      ce = dist::vocab_parallel_cross_entropy(local.reshape({-1, local.size(2)}), labels.reshape({-1}), *tp.comm, vocab)
+               .to(torch::kDouble)
+               .view({cfg.micro_batch, cfg.seq_len});
+      hit = (m->gather_logits(local).argmax(-1) == labels).to(torch::kDouble);
+    }
     loss_sum += (ce * weight).sum().item<double>();
     if (token_bytes.defined()) bytes += (token_bytes.index_select(0, labels.reshape({-1})).view_as(ce) * weight).sum().item<double>();
     if (teacher) {

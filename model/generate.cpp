@@ -49,7 +49,7 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
   torch::NoGradGuard ng;
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
   GenerationResult r;
-  InferenceCache cache = model->new_cache();
+  InferenceCache cache = model->new_cache(int64_t(prompt.size()) + o.max_new_tokens);
   auto t0 = clock::now();
   const torch::Device dev = device_of(model);
   torch::Tensor logits = model->forward(torch::tensor(prompt, torch::kInt64).view({1, -1}).to(dev), &cache);
@@ -89,8 +89,31 @@ InferenceCache stack_caches(const std::vector<InferenceCache>& caches) {
     return parts.front().defined() ? torch::cat(parts, 0) : torch::Tensor();
   };
   for (size_t i = 0; i < out.layers.size(); ++i) {
-    out.layers[i].kv.k = cat([i](const InferenceCache& c) { return c.layers[i].kv.k; });
-    out.layers[i].kv.v = cat([i](const InferenceCache& c) { return c.layers[i].kv.v; });
+    KvCache& kv = out.layers[i].kv;
+    kv.capacity = caches[0].layers[i].kv.capacity;
+    const torch::Tensor& k0 = caches[0].layers[i].kv.k;
+    if (kv.capacity > 0 && k0.defined() && kv.capacity > k0.size(2)) {
+      // Stack straight into buffers with the caches' spare room (KvCache::capacity).
+      const int64_t len = k0.size(2), rows = k0.size(0);
+      for (const auto& c : caches)
+        if (c.position != out.position || c.layers.size() != out.layers.size() || !c.layers[i].kv.k.defined() ||
+            c.layers[i].kv.k.sizes() != k0.sizes())
+          throw std::invalid_argument("stack_caches: caches at different positions");
+      std::vector<int64_t> shape = k0.sizes().vec();
+      shape[0] = rows * int64_t(caches.size());
+      shape[2] = kv.capacity;
+      kv.k_buf = torch::empty(shape, k0.options());
+      kv.v_buf = torch::empty(shape, caches[0].layers[i].kv.v.options());
+      for (size_t c = 0; c < caches.size(); ++c) {
+        kv.k_buf.narrow(0, int64_t(c) * rows, rows).narrow(2, 0, len).copy_(caches[c].layers[i].kv.k);
+        kv.v_buf.narrow(0, int64_t(c) * rows, rows).narrow(2, 0, len).copy_(caches[c].layers[i].kv.v);
+      }
+      kv.k = kv.k_buf.narrow(2, 0, len);
+      kv.v = kv.v_buf.narrow(2, 0, len);
+    } else {
+      kv.k = cat([i](const InferenceCache& c) { return c.layers[i].kv.k; });
+      kv.v = cat([i](const InferenceCache& c) { return c.layers[i].kv.v; });
+    }
     out.layers[i].mamba.conv_state = cat([i](const InferenceCache& c) { return c.layers[i].mamba.conv_state; });
     out.layers[i].mamba.ssm_state = cat([i](const InferenceCache& c) { return c.layers[i].mamba.ssm_state; });
   }
@@ -103,7 +126,14 @@ void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows) {
     if (t.defined()) t = t.index_select(0, idx.to(t.device()));
   };
   for (auto& l : cache.layers) {
-    keep(l.kv.k), keep(l.kv.v);
+    if (l.kv.buffered()) {  // keep the rows of the buffers (with their spare room), k / v stay views
+      const int64_t len = l.kv.k.size(2);
+      keep(l.kv.k_buf), keep(l.kv.v_buf);
+      l.kv.k = l.kv.k_buf.narrow(2, 0, len);
+      l.kv.v = l.kv.v_buf.narrow(2, 0, len);
+    } else {
+      keep(l.kv.k), keep(l.kv.v);
+    }
     keep(l.mamba.conv_state), keep(l.mamba.ssm_state);
   }
 }
@@ -133,12 +163,14 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
     torch::Tensor ids = logits.squeeze(1).argmax(-1).to(torch::kCPU, torch::kInt64).contiguous();
     return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
   };
+  // Room for every position a sequence reaches: the KV cache is preallocated, not grown.
+  const int64_t capacity = int64_t(prompts[0].size()) + *std::max_element(max_new_tokens.begin(), max_new_tokens.end());
   const double t0 = now();
   std::vector<InferenceCache> caches(n);
   for (size_t i = 0; i < n; ++i) {
     const double a = now();
     r.queue_s[i] = secs(t0, a);
-    caches[i] = model->new_cache();
+    caches[i] = model->new_cache(capacity);
     torch::Tensor h = model->hidden_states(torch::tensor(prompts[i], torch::kInt64).view({1, -1}).to(dev), &caches[i]);
     r.ids[i].push_back(next_tokens(h)[0]);
     r.ttft_s[i] = secs(a, now());

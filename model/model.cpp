@@ -1,6 +1,7 @@
 // CausalLM: embedding -> layers -> final norm -> LM head, vocabulary-parallel at both ends.
 #include "model/model.h"
 
+#include <algorithm>
 #include <set>
 
 #include "dist/error.h"
@@ -100,9 +101,10 @@ CausalLMImpl::CausalLMImpl(const ArchSpec& spec, TpGroup tp, ModelOptions option
     lm_head = register_module("lm_head", Weights(std::vector<int64_t>{vocab_shard_, spec.hidden_size}, std::vector<int64_t>{}, dtype));
 }
 
-InferenceCache CausalLMImpl::new_cache() const {
+InferenceCache CausalLMImpl::new_cache(int64_t capacity) const {
   InferenceCache c;
   c.layers.resize(spec_.layers.size());
+  for (auto& l : c.layers) l.kv.capacity = std::max<int64_t>(0, capacity);
   return c;
 }
 

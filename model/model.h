@@ -78,7 +78,9 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor logits_local(const torch::Tensor& hidden);
   torch::Tensor gather_logits(const torch::Tensor& local);  // -> [batch, T, vocab]
 
-  InferenceCache new_cache() const;
+  // An empty cache; capacity > 0: attention layers preallocate room for that many positions
+  // on their first step (KvCache::capacity; generation knows prompt + new tokens).
+  InferenceCache new_cache(int64_t capacity = 0) const;
   std::vector<ParamShard> shard_map() const;  // one entry per local parameter
   // Fills every parameter from logical tensors: `read(piece)` returns the slice it names.
   void load(const std::function<torch::Tensor(const ShardPiece&)>& read);

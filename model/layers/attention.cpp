@@ -5,6 +5,7 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 
@@ -155,7 +156,25 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, int64_t pos0, KvCac
     k = k * cos + rotate_half(k) * sin;
   }
   if (cache) {
-    if (cache->k.defined()) {
+    const int64_t past = cache->k.defined() ? cache->k.size(2) : 0, need = past + T;
+    if (cache->capacity > 0) {
+      const bool buffered = cache->buffered() && cache->k_buf.size(0) == B;
+      if (!buffered || cache->k_buf.size(2) < need) {
+        const int64_t cap = std::max({cache->capacity, need, buffered ? 2 * cache->k_buf.size(2) : int64_t(0)});
+        torch::Tensor kb = torch::empty({B, kv_local_, cap, d}, k.options());
+        torch::Tensor vb = torch::empty({B, kv_local_, cap, d}, v.options());
+        if (past > 0) {
+          kb.narrow(2, 0, past).copy_(cache->k);
+          vb.narrow(2, 0, past).copy_(cache->v);
+        }
+        cache->k_buf = kb;
+        cache->v_buf = vb;
+      }
+      cache->k_buf.narrow(2, past, T).copy_(k);
+      cache->v_buf.narrow(2, past, T).copy_(v);
+      k = cache->k_buf.narrow(2, 0, need);
+      v = cache->v_buf.narrow(2, 0, need);
+    } else if (cache->k.defined()) {
       k = torch::cat({cache->k, k}, 2);
       v = torch::cat({cache->v, v}, 2);
     }

@@ -17,6 +17,15 @@ namespace ac::model {
 
 struct KvCache {
   torch::Tensor k, v;  // [batch, local kv heads, positions so far, head_dim]
+  // With capacity > 0, k and v are views of the first positions of preallocated buffers
+  // [batch, local kv heads, capacity, head_dim]: a step writes its keys and values into the
+  // next slots instead of concatenating (which copies the whole cache of every layer every
+  // step). The buffers grow (doubling) if a sequence outlives the capacity. capacity 0: grow
+  // by concatenation. Whoever replaces k / v by other tensors (stacking, selecting rows) may
+  // leave the buffers stale: a buffer counts only while k is a view of it.
+  torch::Tensor k_buf, v_buf;
+  int64_t capacity = 0;
+  bool buffered() const { return k.defined() && k_buf.defined() && k.data_ptr() == k_buf.data_ptr(); }
 };
 
 // Which attention kernel forward() uses. With LibTorch >= 2.1 the fused

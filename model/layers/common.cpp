@@ -30,15 +30,30 @@ ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t
   return p;
 }
 
+torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
+  const int64_t K = x.dim() > 0 ? x.size(-1) : 0;
+  if (x.dim() >= 1 && x.numel() == K && K > 0 && w.dim() == 2 && x.scalar_type() == torch::kFloat32 &&
+      w.scalar_type() == torch::kFloat32 && x.device().is_cpu() && w.device().is_cpu() &&
+      (!torch::GradMode::is_enabled() || (!x.requires_grad() && !w.requires_grad() && !(b.defined() && b.requires_grad())))) {
+    auto sizes = x.sizes().vec();
+    sizes.back() = w.size(0);
+    const torch::Tensor v = x.reshape({K});
+    torch::Tensor y = b.defined() && b.scalar_type() == torch::kFloat32 ? torch::addmv(b, w, v) : torch::mv(w, v);
+    if (b.defined() && b.scalar_type() != torch::kFloat32) y = y + b;
+    return y.view(sizes);
+  }
+  return torch::nn::functional::linear(x, w, b);
+}
+
 torch::Tensor column_parallel(const torch::Tensor& x, const torch::Tensor& w,
                               const torch::Tensor& b, const TpGroup& tp) {
   auto in = tp.size() > 1 ? dist::copy_to_tp(x, *tp.comm) : x;
-  return torch::nn::functional::linear(in, w, b);
+  return apply_linear(in, w, b);
 }
 
 torch::Tensor row_parallel(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                            const TpGroup& tp) {
-  auto y = torch::nn::functional::linear(x, w);
+  auto y = apply_linear(x, w);
   if (tp.size() > 1) y = dist::reduce_from_tp(y, *tp.comm);
   if (b.defined()) y = y + b;
   return y;

@@ -55,6 +55,13 @@ ShardPiece whole(const std::string& logical, std::vector<int64_t> shape);
 ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t dim,
                  int64_t start, int64_t size);
 
+// y = x W^T (+ b), as torch::nn::functional::linear, except for one fp32 CPU row (x.numel() ==
+// x.size(-1): a decode step of one sequence) when no gradient is recorded: then a matrix-vector
+// product (torch::mv / addmv). LibTorch 1.13's linear on a [1, K] row goes through a GEMM with
+// M = 1 that is ~2x slower than gemv on the same weights (5x for K > N; docs/benchmarks.md,
+// tenth session); the sums are the same up to fp32 rounding order (~1e-7 relative).
+torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
+
 // y = x W^T (+ b) with W the local rows of a column-parallel weight: input identity
 // forward / all-reduce backward, output sharded along the last dim.
 torch::Tensor column_parallel(const torch::Tensor& x, const torch::Tensor& w,

@@ -41,7 +41,7 @@ torch::Tensor MlpImpl::forward_partial(const torch::Tensor& x) {
     observe.observer->activation(observe.layer, observe_as, h);
     observe.observer->modify(observe.layer, observe_as, h);
   }
-  return torch::nn::functional::linear(h, down_proj->weight);
+  return apply_linear(h, down_proj->weight);
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
@@ -178,7 +178,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   // Every path below yields this rank's partial sum: gradients to x are all-reduced.
   auto x = (tp_.size() > 1 ? dist::copy_to_tp(x0, *tp_.comm) : x0).reshape({-1, hidden_});
   auto [idx, w] = route(x);
-  auto h = fc1_latent_proj ? torch::nn::functional::linear(x, fc1_latent_proj->weight) : x;
+  auto h = fc1_latent_proj ? apply_linear(x, fc1_latent_proj->weight) : x;
   if (observe.observer && fc1_latent_proj) observe.observer->activation(observe.layer, ObservePoint::MoeLatent, h);
   bool ran_local = false;
   torch::Tensor acc;
@@ -220,7 +220,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   if (tp_.size() > 1 && (x.requires_grad() || w.requires_grad()) && !ran_local)
     acc = acc + (h.sum() + w.sum()).to(torch::kFloat32) * 0.0;
   auto y = acc.to(x.scalar_type());
-  if (fc2_latent_proj) y = torch::nn::functional::linear(y, fc2_latent_proj->weight);
+  if (fc2_latent_proj) y = apply_linear(y, fc2_latent_proj->weight);
   // The shared expert's column-parallel input does its own copy_to_tp: give it x0.
   if (shared_experts) y = y + shared_experts->forward_partial(x0.reshape({-1, hidden_}));
   if (tp_.size() > 1) y = dist::reduce_from_tp(y, *tp_.comm);

@@ -130,7 +130,7 @@ double time_linear(const torch::Tensor& a, const std::vector<torch::Tensor>& poo
   size_t next = 0;
   return time_it(
       [&] {
-        (void)torch::nn::functional::linear(a, pool[next]);
+        (void)model::apply_linear(a, pool[next]);
         next = (next + 1) % pool.size();
       },
       a.device(), min_seconds, clock);
@@ -482,15 +482,15 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
               (void)mixer->forward(x, &c);
             },
             dev, o.min_seconds, clock);
-        const double proj = time_it([&] { (void)torch::nn::functional::linear(x, wi); }, dev, o.min_seconds, clock) +
-                            time_it([&] { (void)torch::nn::functional::linear(y, wo); }, dev, o.min_seconds, clock);
+        const double proj = time_it([&] { (void)model::apply_linear(x, wi); }, dev, o.min_seconds, clock) +
+                            time_it([&] { (void)model::apply_linear(y, wo); }, dev, o.min_seconds, clock);
         pre[i].push_back(full - proj);
         model::MambaCache c;
         (void)mixer->forward(x.narrow(1, 0, std::min<int64_t>(z.L, 32)), &c);
         auto x1 = torch::randn({1, 1, z.h}, opt), y1 = torch::randn({1, 1, z.H * z.P}, opt);
         const double full1 = time_it([&] { (void)mixer->forward(x1, &c); }, dev, o.min_seconds, clock);
-        const double proj1 = time_it([&] { (void)torch::nn::functional::linear(x1, wi); }, dev, o.min_seconds, clock) +
-                             time_it([&] { (void)torch::nn::functional::linear(y1, wo); }, dev, o.min_seconds, clock);
+        const double proj1 = time_it([&] { (void)model::apply_linear(x1, wi); }, dev, o.min_seconds, clock) +
+                             time_it([&] { (void)model::apply_linear(y1, wo); }, dev, o.min_seconds, clock);
         step[i].push_back(full1 - proj1);
       }
     for (size_t i = 0; i < sizes.size(); ++i) {

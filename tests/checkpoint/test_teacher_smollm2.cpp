@@ -105,11 +105,13 @@ TEST(TeacherSmolLM2, CachedDecodeEqualsFullForward) {
   torch::NoGradGuard ng;
   auto x = torch::tensor(ids, torch::kInt64).view({1, T});
   auto full = m->forward(x);
-  auto cache = m->new_cache();
-  const int64_t split = T / 2;  // a prefill chunk, then one token at a time
-  std::vector<torch::Tensor> parts{m->forward(x.slice(1, 0, split), &cache)};
-  for (int64_t t = split; t < T; ++t) parts.push_back(m->forward(x.slice(1, t, t + 1), &cache));
-  EXPECT_LE((torch::cat(parts, 1) - full).abs().max().item<double>(), 1e-4);
+  for (int64_t capacity : {int64_t(0), T}) {  // KV cache grown by concatenation / preallocated
+    auto cache = m->new_cache(capacity);
+    const int64_t split = T / 2;  // a prefill chunk, then one token at a time
+    std::vector<torch::Tensor> parts{m->forward(x.slice(1, 0, split), &cache)};
+    for (int64_t t = split; t < T; ++t) parts.push_back(m->forward(x.slice(1, t, t + 1), &cache));
+    EXPECT_LE((torch::cat(parts, 1) - full).abs().max().item<double>(), 1e-4) << "capacity " << capacity;
+  }
 }
 
 TEST(TeacherSmolLM2, TokenizerMatchesTokenizersLibrary) {

@@ -115,15 +115,75 @@ TEST_P(Decode_, CachedDecodeEqualsFullForward) {
   torch::NoGradGuard ng;
   auto full = model->forward(ids);
   const int64_t T = ids.size(1);
-  // Prefill 5, a 3-token continuation (chunked scan from a state), then single-token steps.
-  auto cache = model->new_cache();
-  std::vector<torch::Tensor> parts;
-  parts.push_back(model->forward(ids.narrow(1, 0, 5), &cache));
-  parts.push_back(model->forward(ids.narrow(1, 5, 3), &cache));
-  for (int64_t t = 8; t < T; ++t) parts.push_back(model->forward(ids.narrow(1, t, 1), &cache));
-  EXPECT_EQ(cache.position, T);
-  auto stepped = torch::cat(parts, 1);
-  EXPECT_LE((stepped - full).abs().max().item<double>(), 1e-4) << name;
+  // KV cache grown by concatenation (capacity 0), preallocated for every position (T), and
+  // preallocated too small (6: the buffers grow during the steps).
+  for (int64_t capacity : {int64_t(0), T, int64_t(6)}) {
+    // Prefill 5, a 3-token continuation (chunked scan from a state), then single-token steps.
+    auto cache = model->new_cache(capacity);
+    std::vector<torch::Tensor> parts;
+    parts.push_back(model->forward(ids.narrow(1, 0, 5), &cache));
+    parts.push_back(model->forward(ids.narrow(1, 5, 3), &cache));
+    for (int64_t t = 8; t < T; ++t) parts.push_back(model->forward(ids.narrow(1, t, 1), &cache));
+    EXPECT_EQ(cache.position, T);
+    for (const auto& l : cache.layers) {
+      if (!l.kv.k.defined()) continue;  // not an attention layer
+      EXPECT_EQ(l.kv.k.size(2), T) << name << " capacity " << capacity;
+      EXPECT_EQ(l.kv.buffered(), capacity > 0) << name << " capacity " << capacity;
+      if (capacity > 0) EXPECT_GE(l.kv.k_buf.size(2), T);
+    }
+    auto stepped = torch::cat(parts, 1);
+    EXPECT_LE((stepped - full).abs().max().item<double>(), 1e-4) << name << " capacity " << capacity;
+  }
+}
+
+// Greedy decoding through the preallocated cache (generate: capacity = prompt + new tokens)
+// gives the argmax of a full recomputation of the whole sequence at every step.
+TEST_P(Decode_, GreedyDecodeEqualsArgmaxOfFullRecomputation) {
+  const auto name = GetParam();
+  CausalLM model(fixture_spec(name));
+  load_hf_weights(model, SafetensorsReader(fixture_dir(name)));
+  model->eval();
+  std::vector<int64_t> seq = {5, 17, 3, 42, 8, 11, 29};
+  SamplingOptions o;
+  o.max_new_tokens = 8;
+  const auto got = generate(model, seq, o).ids;
+  ASSERT_EQ(got.size(), 8u);
+  torch::NoGradGuard ng;
+  for (int64_t id : got) {
+    auto logits = model->forward(torch::tensor(seq, torch::kInt64).view({1, -1}));
+    EXPECT_EQ(logits[0][int64_t(seq.size()) - 1].argmax().item<int64_t>(), id) << name << " at " << seq.size();
+    seq.push_back(id);
+  }
+}
+
+// apply_linear: a single fp32 row takes the matrix-vector path (no gradient recorded); it
+// equals torch's linear up to fp32 summation order, with and without bias, for any leading
+// shape; batches, bf16 and rows that need gradients are torch's linear exactly.
+TEST(ApplyLinear, MatrixVectorPathEqualsLinear) {
+  torch::manual_seed(11);
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{576, 576}, {192, 576}, {576, 1536}, {1000, 64}}) {
+    auto w = torch::randn({N, K}) / std::sqrt(double(K)), b = torch::randn({N});
+    for (auto shape : std::vector<std::vector<int64_t>>{{K}, {1, K}, {1, 1, K}}) {
+      auto x = torch::randn(shape);
+      torch::NoGradGuard ng;
+      for (const auto& bias : {torch::Tensor(), b}) {
+        auto want = torch::nn::functional::linear(x, w, bias);
+        auto got = apply_linear(x, w, bias);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        const double scale = std::max(1.0, want.abs().max().item<double>());
+        EXPECT_LE((got - want).abs().max().item<double>(), 1e-6 * scale) << N << "x" << K;
+      }
+    }
+    auto x8 = torch::randn({8, 1, K});
+    EXPECT_TRUE(torch::equal(apply_linear(x8, w, b), torch::nn::functional::linear(x8, w, b)));
+    auto xb = torch::randn({1, K}).to(torch::kBFloat16), wb = w.to(torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(apply_linear(xb, wb), torch::nn::functional::linear(xb, wb)));
+    auto xg = torch::randn({1, K}).requires_grad_();
+    auto yg = apply_linear(xg, w, b);
+    EXPECT_TRUE(torch::equal(yg, torch::nn::functional::linear(xg, w, b)));
+    yg.sum().backward();
+    EXPECT_TRUE(xg.grad().defined());
+  }
 }
 
 // The scorecard's serving loop: batch-1 prefills, stacked caches, batched decode with rows

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
+#include "model/layers/common.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/local_profile.h"
 #include "search/costmodel/profiles.h"
@@ -126,7 +127,7 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_DOUBLE_EQ(back.decode.attn_fixed, h.decode.attn_fixed);
   EXPECT_TRUE(std::any_of(r.points.begin(), r.points.end(), [](const CalibrationPoint& p) { return p.kind == "attention_decode"; }));
   auto v = torch::randn({1, 1, 1024}, dt), W = torch::randn({640, 1024}, dt);
-  const double gv = fastest(9, [&] { (void)torch::nn::functional::linear(v, W); });
+  const double gv = fastest(9, [&] { (void)ac::model::apply_linear(v, W); });
   const double gv_pred = decode_step_seconds(h, "gemv", {1.0, eb * (640 * 1024 + 640 + 1024), 640.0}, {}, eb);
   expect_within(gv_pred, gv, 4.0);
 }
