@@ -9,10 +9,7 @@
 # run's own wall time per stage.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-export AC_SOURCE_DIR=$ROOT AC_BIN=${AC_BIN:-$ROOT/build/autocompress}
-export MPIEXEC=${MPIEXEC:-mpiexec --oversubscribe $([ "$(id -u)" = 0 ] && echo --allow-run-as-root)}
-export AC_TEST_TMP=${AC_TEST_TMP:-$(mktemp -d)}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+source "$ROOT/bench/bench_env.sh"
 REPEATS=${1:-2}
 source "$ROOT/tests/launcher/run_common.sh"
 make_teacher

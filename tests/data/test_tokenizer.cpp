@@ -4,6 +4,7 @@
 // behind Llama-3's Split regex; Llama-3.2's own tokenizer.json when the script extracted it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,36 @@ TEST(BpeTokenizer, Gpt2MatchesTokenizersLibrary) {
   EXPECT_EQ(tok->vocab_size(), 50257);
   EXPECT_EQ(tok->default_eos_id(), 50256);
   check_all(*tok, "gpt2");
+}
+
+// gpt2-4k.tokenizer.json (scripts/make_gpt2_4k_tokenizer.py; the tiny test teacher's): GPT-2
+// cut after its first 3,839 merges. Every text round-trips within 4,096 ids, and where GPT-2's
+// own ids (from `tokenizers`) all lie below 4,095, the cut tokenizer gives exactly those: a
+// token's parts always rank below it, so such a text never needed a merge past the cut.
+TEST(BpeTokenizer, Gpt2CutTo4kIsGpt2WhereItsMergesSuffice) {
+  auto tok = BpeTokenizer::from_file(fixture("tokenizer/gpt2-4k.tokenizer.json"));
+  EXPECT_EQ(tok->vocab_size(), 4096);
+  EXPECT_EQ(tok->default_eos_id(), 4095);
+  auto ws = tok->make_workspace();
+  int same = 0, round_trips = 0, checked = 0;
+  for (const auto& c : cases().at("cases")) {
+    if (!c.contains("gpt2")) continue;
+    const std::string text = c.at("text").get<std::string>();
+    const auto full = c.at("gpt2").get<std::vector<int64_t>>();
+    std::vector<int64_t> got;
+    tok->encode(text, *ws, &got);
+    ++checked;
+    for (const int64_t id : got) ASSERT_LT(id, 4096) << text;
+    round_trips += tok->decode(got) == text;
+    if (std::all_of(full.begin(), full.end(), [](int64_t id) { return id < 4095; })) {
+      EXPECT_EQ(got, full) << text;
+      ++same;
+    } else {
+      EXPECT_GE(got.size(), full.size()) << text;  // fewer merges: as many tokens or more
+    }
+  }
+  EXPECT_EQ(round_trips, checked);
+  EXPECT_GT(same, 200) << "of " << checked;
 }
 
 TEST(BpeTokenizer, Llama3SplitRegexMatchesTokenizersLibrary) {

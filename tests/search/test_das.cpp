@@ -435,43 +435,68 @@ TEST(DasSearch, TwoTargetsGiveDifferentStudentsEachWithinItsBudget) {
   for (const auto& bud : b.budgets) EXPECT_LE(search::violation(bud, search::exact_cost(b.student, &tb).get(bud.metric)), 1e-12);
 }
 
-TEST(DasSearch, ResumeIsBitwiseAndTpDpEqualsOneRank) {
-  ToyRun t = make_toy("das-resume");
+
+namespace {
+
+// 8 steps with a checkpoint at step 4, TP 2 where the world is even, the same global batch at
+// any world size.
+search::DasOptions resume_options(const ToyRun& t) {
   auto o = toy_options(t, "full");
   o.steps = 8;
   o.save_interval = 4;
   o.constraints.params_ratio = 0.7;
   o.tp = world_size() % 2 == 0 ? 2 : 1;
-  o.micro_batch = 8 / world_size() * o.tp;  // the same global batch at any world size
-  search::run_search(o, t.scores, MPI_COMM_WORLD);
-  // A second run in a fresh directory that starts from the first run's step-4 checkpoint.
-  auto resumed = o;
-  resumed.out = t.dir + "/resumed";
+  o.micro_batch = 8 / world_size() * o.tp;
+  return o;
+}
+
+// The same search on rank 0 alone (TP 1 x DP 1, one micro-batch of the whole global batch,
+// out in t.dir/single), then `check(single)` there. Nothing where the world is one rank.
+template <class Check>
+void on_rank_0_alone(const search::DasOptions& o, const ToyRun& t, Check&& check) {
+  if (world_size() == 1) return;
+  MPI_Comm one;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
+  if (world_rank() == 0) {
+    auto single = o;
+    single.out = t.dir + "/single";
+    single.tp = 1;
+    single.micro_batch = 8;
+    search::run_search(single, t.scores, one);
+    check(single);
+    MPI_Comm_free(&one);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// A second search in `resumed.out` that starts from `o`'s step-4 checkpoint (copied there).
+search::DasResult resume_from_step_4(const search::DasOptions& o, const search::DasOptions& resumed, const ToyRun& t) {
   if (world_rank() == 0) {
     fs::create_directories(resumed.out + "/search");
     fs::copy_file(o.out + "/search/step_4.h5", resumed.out + "/search/step_4.h5");
     std::ofstream(resumed.out + "/search/latest") << "step_4.h5\n";
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  const auto r = search::run_search(resumed, t.scores, MPI_COMM_WORLD);
+  return search::run_search(resumed, t.scores, MPI_COMM_WORLD);
+}
+
+}  // namespace
+
+TEST(DasSearch, ResumeIsBitwiseAndTpDpEqualsOneRank) {
+  ToyRun t = make_toy("das-resume");
+  auto o = resume_options(t);
+  search::run_search(o, t.scores, MPI_COMM_WORLD);
+  // A second run in a fresh directory that starts from the first run's step-4 checkpoint.
+  auto resumed = o;
+  resumed.out = t.dir + "/resumed";
+  const auto r = resume_from_step_4(o, resumed, t);
   EXPECT_EQ(r.steps_done, 8);
   EXPECT_TRUE(torch::equal(final_theta(o.out), final_theta(resumed.out)));
   // The same search on rank 0 alone (TP 1 x DP 1, one micro-batch of the whole global batch).
-  if (world_size() > 1) {
-    MPI_Comm one;
-    MPI_Comm_split(MPI_COMM_WORLD, world_rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
-    if (world_rank() == 0) {
-      auto single = o;
-      single.out = t.dir + "/single";
-      single.tp = 1;
-      single.micro_batch = 8;
-      search::run_search(single, t.scores, one);
-      const auto a = final_theta(o.out), b = final_theta(single.out);
-      EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
-      MPI_Comm_free(&one);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
+  on_rank_0_alone(o, t, [&](const search::DasOptions& single) {
+    const auto a = final_theta(o.out), b = final_theta(single.out);
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
+  });
 }
 
 namespace {
@@ -496,23 +521,12 @@ void expect_same_datasets(const std::string& a, const std::string& b, const std:
 // DP 2 agrees with one rank; the student is cut from the trained weights, not the teacher's.
 TEST(DasSearch, JointWeightsResumeBitwiseAndTheStudentIsCutFromThem) {
   ToyRun t = make_toy("das-weights");
-  auto o = toy_options(t, "full");
-  o.steps = 8;
-  o.save_interval = 4;
-  o.constraints.params_ratio = 0.7;
+  auto o = resume_options(t);
   o.weights_lr = 1e-3;
-  o.tp = world_size() % 2 == 0 ? 2 : 1;
-  o.micro_batch = 8 / world_size() * o.tp;
   const auto full = search::run_search(o, t.scores, MPI_COMM_WORLD);
   auto resumed = o;
   resumed.out = t.dir + "/resumed";
-  if (world_rank() == 0) {
-    fs::create_directories(resumed.out + "/search");
-    fs::copy_file(o.out + "/search/step_4.h5", resumed.out + "/search/step_4.h5");
-    std::ofstream(resumed.out + "/search/latest") << "step_4.h5\n";
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto r = search::run_search(resumed, t.scores, MPI_COMM_WORLD);
+  const auto r = resume_from_step_4(o, resumed, t);
   EXPECT_EQ(r.steps_done, 8);
   EXPECT_TRUE(torch::equal(final_theta(o.out), final_theta(resumed.out)));
   expect_same_datasets(o.out + "/search", resumed.out + "/search", "model/");
@@ -541,22 +555,11 @@ TEST(DasSearch, JointWeightsResumeBitwiseAndTheStudentIsCutFromThem) {
   EXPECT_TRUE(torch::equal(logits(a, ids), logits(b, ids)));
   EXPECT_GT((logits(a, ids) - logits(c, ids)).abs().max().item<double>(), 1e-4);
   // The same search on rank 0 alone (TP 1 x DP 1, one micro-batch of the whole global batch).
-  if (world_size() > 1) {
-    MPI_Comm one;
-    MPI_Comm_split(MPI_COMM_WORLD, world_rank() == 0 ? 0 : MPI_UNDEFINED, 0, &one);
-    if (world_rank() == 0) {
-      auto single = o;
-      single.out = t.dir + "/single";
-      single.tp = 1;
-      single.micro_batch = 8;
-      search::run_search(single, t.scores, one);
-      const auto x = final_theta(o.out), y = final_theta(single.out);
-      EXPECT_LT((x - y).abs().max().item<double>(), 1e-4) << x << y;
-      checkpoint::CheckpointReader rs(checkpoint::resolve_latest(single.out + "/search"));
-      const auto w1 = trained.read("model/lm_head.weight"), w2 = rs.read("model/lm_head.weight");
-      EXPECT_LT((w1 - w2).abs().max().item<double>(), 1e-5);
-      MPI_Comm_free(&one);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
+  on_rank_0_alone(o, t, [&](const search::DasOptions& single) {
+    const auto x = final_theta(o.out), y = final_theta(single.out);
+    EXPECT_LT((x - y).abs().max().item<double>(), 1e-4) << x << y;
+    checkpoint::CheckpointReader rs(checkpoint::resolve_latest(single.out + "/search"));
+    const auto w1 = trained.read("model/lm_head.weight"), w2 = rs.read("model/lm_head.weight");
+    EXPECT_LT((w1 - w2).abs().max().item<double>(), 1e-5);
+  });
 }
