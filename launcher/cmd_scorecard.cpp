@@ -9,6 +9,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "dist/cpu_features.h"
 #include "dist/device.h"
 #include "dist/error.h"
 #include "dist/omp_env.h"
@@ -53,11 +54,19 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
                            std::to_string(cands[0].spec.vocab_size) +
                            ": every candidate is driven by the same token ids, so they need one vocabulary");
 
-  // The eval's device, resolved before any model: `--device cuda` without one is refused here.
-  (void)dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
+  // The device of the measurement and the eval, resolved before any model: `--device cuda`
+  // without one is refused here.
+  const dist::DeviceChoice device = dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
   search::ScorecardOptions o;
-  o.dtype = cost_dtype(vm["dtype"].as<std::string>());
-  if (o.dtype == "float16") throw InputError("command line", "--dtype", "f16 is not measured on the CPU: auto, bf16 or f32");
+  o.cuda_index = device.cuda ? device.index : -1;
+  if (device.cuda) {
+    const std::string d = vm["dtype"].as<std::string>();
+    o.dtype = d == "f16" || d == "float16" ? "float16" : dist::choose_dtype(d, true).dtype == "bf16" ? "bfloat16" : "float32";
+  } else {
+    o.dtype = cost_dtype(vm["dtype"].as<std::string>());
+    if (o.dtype == "float16") throw InputError("command line", "--dtype", "f16 is not measured on the CPU: auto, bf16 or f32");
+  }
+  if (!vm["quiet"].as<bool>()) std::fprintf(stderr, "scorecard: device %s (%s), dtype %s\n", device.device.c_str(), device.reason.c_str(), o.dtype.c_str());
   o.threads = vm["threads"].as<int>();
   if (o.threads <= 0) throw InputError("command line", "--threads", "must be positive");
   o.seed = vm["seed"].as<uint64_t>();
@@ -187,7 +196,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "dtype", po::value<std::string>()->default_value("auto"), "compute dtype: auto | bf16 | f32")(
           "threads", po::value<int>()->default_value(1), "LibTorch intra-op threads (cpu-local is calibrated at the same)")(
           "device", po::value<std::string>()->default_value("auto"),
-          "device of the quality eval: auto | cpu | cuda (the serving measurement is this machine's CPU)")(
+          "device of the serving measurement and the quality eval: auto | cpu | cuda (auto: this rank's GPU in a CUDA build "
+          "that sees one, else the CPU)")(
           "data", po::value<std::vector<std::string>>()->multitoken()->value_name("[W:]PREFIX"),
           "tokenized corpus: adds eval's quality column (checkpoints only)")(
           "split", po::value<std::string>()->default_value(t.split), "train,calibration,eval document fractions (as eval)")(

@@ -122,8 +122,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "--data needed; --teacher may be an ArchSpec JSON or config.json)")(
           "cost-only", po::bool_switch(),
           "search on the cost model alone, without weights or data (--teacher may be an ArchSpec JSON or config.json): the "
-          "KD term is replaced by a quality proxy (the mean fraction kept per sublayer; docs/scale.md), and experts, expert "
-          "FFN and top-k per MoE layer are searched too where the engine serves them; writes arch.json and search_report.json")(
+          "KD term is replaced by a quality proxy (the mean fraction kept per sublayer; docs/scale.md); writes arch.json and "
+          "search_report.json")(
           "proxy-experts-weight", po::value<double>()->default_value(c.proxy_experts_weight),
           "--cost-only: in an MoE layer's kept fraction, the weight of the experts kept against top-k kept")(
           "importance", po::value<std::string>()->value_name("FILE"), "importance scores of the teacher (autocompress importance)")(
@@ -136,8 +136,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
           "axes", po::value<std::vector<std::string>>()->multitoken(),
-          "axes searched: hidden ffn attn_heads skip, and with --cost-only experts expert_ffn top_k (default: hidden and "
-          "every per-layer axis the engine serves)")(
+          "axes searched: hidden ffn attn_heads skip experts expert_ffn top_k (default: hidden and every per-layer axis "
+          "the engine serves)")(
           "choices", po::value<std::vector<std::string>>()->multitoken(),
           "explicit choices, AXIS=V1,V2,... (hidden, ffn, expert_ffn: widths; attn_heads: heads per KV group; experts, "
           "top_k: counts); repeatable")(

@@ -190,6 +190,13 @@ if "mfu" in last and os.path.exists(sys.argv[3]):
     if float(sys.argv[2]) > 0 and ours > 0:
         print(f"MFU: {100 * last['mfu'] * ours / float(sys.argv[2]):.1f}% of the torch bf16 GEMM peak ({float(sys.argv[2]):.4g} FLOP/s)")
 EOF
+  # The scorecard measured on the GPU (issue 16): teacher and student on one request set, the
+  # model on cuda, timestamps after a device synchronize, peak from the caching allocator.
+  timeout "$(left)" "$AC" scorecard --device cuda --hardware "${HW[1]:-h100}" --engine local-eager --workload in-game \
+    --checkpoint "$D/teacher/checkpoints" "$D/student/checkpoints" --requests-count 8 --concurrency 4 \
+    --max-prompt-tokens 256 --max-output-tokens 32 --out "$D/scorecard" >"$D/scorecard.log" 2>&1
+  echo "scorecard rc $?" | tee -a "$RESULTS"
+  grep -E "^scorecard: device|^\| " "$D/scorecard.log" | tee -a "$RESULTS"
 fi
 
 section "done in $((SECONDS - START)) s; logs in $W"

@@ -246,10 +246,11 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
                         const SpaceOptions& o, const std::string& src) {
   static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k"};
   static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k"};
+  bool any_moe_layer = false;
+  for (const auto& layer : t.layers) any_moe_layer = any_moe_layer || layer.moe;
   for (const auto& a : o.axes) {
     if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip experts expert_ffn top_k)");
-    if (has(moe_axes, a) && !o.moe_axes)
-      throw InputError("--axes", a, "is searched by `search --cost-only` only: the KD search has no soft mask over routed experts yet");
+    if (has(moe_axes, a) && !any_moe_layer) throw InputError("--axes", a, "the teacher has no MoE layer");
   }
   for (const auto& [a, v] : o.choices) {
     if (!has({"hidden", "ffn", "attn_heads", "experts", "expert_ffn", "top_k"}, a))
@@ -265,12 +266,10 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   std::vector<std::string> axes = o.axes;
   SearchSpace s;
   s.teacher = t;
-  bool any_moe_layer = false;
-  for (const auto& layer : t.layers) any_moe_layer = any_moe_layer || layer.moe;
   if (axes.empty()) {
     axes.push_back("hidden");
     for (const char* a : {"ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k"}) {
-      if (has(moe_axes, a) && (!any_moe_layer || !o.moe_axes)) continue;
+      if (has(moe_axes, a) && !any_moe_layer) continue;
       if (served(a)) axes.push_back(a);
       else s.notes.push_back(std::string(a) + ": held, " + eng + " cannot serve per-layer " + a +
                              (engine && !engine->heterogeneous_format.empty() ? " (" + engine->heterogeneous_format + ")" : ""));
@@ -328,6 +327,7 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
       s.decisions.push_back(std::move(d));
     }
   }
+  bool noted_grouped = false;
   for (size_t l = 0; l < L; ++l) {
     const auto& layer = t.layers[l];
     const auto& sc = scores.layers[l];
@@ -420,6 +420,10 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
           throw InputError(src, where + "." + field, "has " + std::to_string(v.size()) + " scores for " + std::to_string(n) + " units");
         return v;
       };
+      if (grouped && (has(axes, "experts") || has(axes, "top_k")) && !noted_grouped) {
+        s.notes.push_back("experts / top-k: held in MoE layers with grouped routing (n_group > 1: the expert count is tied to the groups)");
+        noted_grouped = true;
+      }
       if (!grouped && has(axes, "experts")) {
         const auto sc_e = sized(sc.moe_experts, size_t(m.num_experts), "moe_experts");
         // At least the teacher's top_k experts stay, so every top_k choice stays valid.
@@ -427,22 +431,28 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
                  [](model::MoeSpec& x, int64_t v) { x.num_experts = int(v); }, ranks(sc_e, 0, m.num_experts), s.experts);
       }
       if (has(axes, "expert_ffn")) {
-        const auto sc_n = sized(sc.moe_expert_neurons, size_t(m.num_experts) * size_t(m.expert_ffn), "moe_expert_neurons");
-        std::vector<double> per(size_t(m.expert_ffn), 0.0);  // one ranking shared by every expert
-        for (size_t i = 0; i < sc_n.size(); ++i) per[i % per.size()] += sc_n[i];
+        // Each expert keeps its own best neurons, as prune does.
+        std::vector<int64_t> rank;
+        if (o.unit_ranks) {
+          const auto& sc_n = sized(sc.moe_expert_neurons, size_t(m.num_experts) * size_t(m.expert_ffn), "moe_expert_neurons");
+          rank.reserve(sc_n.size());
+          for (int64_t e = 0; e < m.num_experts; ++e)
+            for (int64_t r : ranks(sc_n, e * m.expert_ffn, m.expert_ffn)) rank.push_back(r);
+        }
         moe_axis("expert_ffn", m.expert_ffn, minitron_divisor(128, m.expert_ffn), 1,
-                 [](model::MoeSpec& x, int64_t v) { x.expert_ffn = v; }, ranks(per, 0, m.expert_ffn), s.expert_ffn);
+                 [](model::MoeSpec& x, int64_t v) { x.expert_ffn = v; }, std::move(rank), s.expert_ffn);
       }
-      if (!grouped && has(axes, "top_k"))
-        moe_axis("top_k", m.top_k, 1, 1, [](model::MoeSpec& x, int64_t v) { x.top_k = int(v); }, {}, s.top_k);
+      if (!grouped && has(axes, "top_k")) {
+        std::vector<int64_t> slots(size_t(m.top_k));
+        std::iota(slots.begin(), slots.end(), 0);
+        moe_axis("top_k", m.top_k, 1, 1, [](model::MoeSpec& x, int64_t v) { x.top_k = int(v); }, slots, s.top_k);
+      }
     }
   }
   bool any_mamba = false, any_moe = false;
   for (const auto& l : t.layers) any_mamba = any_mamba || l.mamba, any_moe = any_moe || l.moe;
   if (any_mamba) s.notes.push_back("mamba heads / head dim: held (the search removes whole Mamba sublayers only; per-layer Mamba heads are not served by vLLM's nemotron_h_puzzle)");
-  if (any_moe && !o.moe_axes)
-    s.notes.push_back("experts / expert FFN / top-k / shared FFN: held (the KD search removes whole MoE sublayers only: it has no soft mask over routed experts yet; search --cost-only varies experts, expert FFN and top-k)");
-  else if (any_moe)
+  if (any_moe)
     s.notes.push_back("shared expert FFN: held (the differentiable cost model has no per-layer shared width yet)");
   if (s.decisions.empty())
     throw InputError("--axes", axes.empty() ? "(default)" : axes[0], "leaves nothing to search for this teacher on " + eng);
@@ -787,6 +797,10 @@ class SearchMasks : public model::ActivationObserver {
  public:
   torch::Tensor hidden;                                   // [hidden] or undefined
   std::vector<torch::Tensor> heads, ffn, mixer, channel;  // per layer: this rank's o_proj-input / down-input mask, sublayer gates
+  // Per MoE layer: the experts decision's sets of kept experts [C, E] and their weights [C], the
+  // top-k decision's slot prefixes [C', top_k] and weights [C'] (the routing's expectation over
+  // them), each expert's FFN mask [E, expert_ffn].
+  std::vector<torch::Tensor> expert_sets, expert_weights, slot_sets, slot_weights, expert_ffn;
   void activation(int, model::ObservePoint, const at::Tensor&) override {}
   void expert(int, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) override {}
   void modify(int layer, model::ObservePoint p, at::Tensor& x) override {
@@ -803,6 +817,51 @@ class SearchMasks : public model::ActivationObserver {
       default: break;
     }
   }
+  void modify_routing(int layer, at::Tensor& sets, at::Tensor& weights, at::Tensor& slots, at::Tensor& slot_w) override {
+    sets = expert_sets[size_t(layer)], weights = expert_weights[size_t(layer)];
+    slots = slot_sets[size_t(layer)], slot_w = slot_weights[size_t(layer)];
+  }
+  void modify_expert(int layer, int64_t e, at::Tensor& x) override {
+    const auto& m = expert_ffn[size_t(layer)];
+    if (m.defined()) x = x * m[e].to(x.scalar_type());
+  }
+
+  // The masks of one sample `y` (per decision, [choices] weights; `prefix`: prefix_matrix of
+  // each decision) for TP rank `tp_rank` of `tp_size`, on `dev`. Their gradient flows back to y.
+  void set(const SearchSpace& space, const std::vector<torch::Tensor>& prefix, const std::vector<torch::Tensor>& y,
+           int64_t tp_rank, int64_t tp_size, const torch::Device& dev) {
+    const model::ArchSpec& t = space.teacher;
+    const size_t L = t.layers.size();
+    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn}) v->assign(L, {});
+    hidden = torch::Tensor();
+    auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
+    if (space.hidden >= 0) hidden = unit_mask(space.hidden);
+    for (size_t l = 0; l < L; ++l) {
+      if (space.attn[l] >= 0) {
+        const auto& a = *t.layers[l].attention;
+        const int64_t hl = a.num_heads / tp_size;
+        heads[l] = unit_mask(space.attn[l]).narrow(0, tp_rank * hl, hl).repeat_interleave(a.head_dim);
+      }
+      if (space.ffn[l] >= 0) {
+        const int64_t fl = t.layers[l].mlp->ffn_size / tp_size;
+        ffn[l] = unit_mask(space.ffn[l]).narrow(0, tp_rank * fl, fl);
+      }
+      if (space.mamba[l] >= 0) mixer[l] = y[size_t(space.mamba[l])][1].to(dev, torch::kFloat32);
+      if (space.moe[l] >= 0) channel[l] = y[size_t(space.moe[l])][1].to(dev, torch::kFloat32);
+      // The routing takes the choices' sets with their weights (an exact expectation: a soft
+      // per-expert mask would stop routing to a fading expert and so lose its gradient).
+      if (space.experts[l] >= 0) {
+        expert_sets[l] = prefix[size_t(space.experts[l])].to(dev);
+        expert_weights[l] = y[size_t(space.experts[l])].to(dev, torch::kFloat32);
+      }
+      if (space.top_k[l] >= 0) {
+        slot_sets[l] = prefix[size_t(space.top_k[l])].to(dev);
+        slot_weights[l] = y[size_t(space.top_k[l])].to(dev, torch::kFloat32);
+      }
+      // Routed experts are whole on the rank that holds them: global expert ids index the masks.
+      if (space.expert_ffn[l] >= 0) expert_ffn[l] = unit_mask(space.expert_ffn[l]).view({t.layers[l].moe->num_experts, -1});
+    }
+  }
 };
 
 // Per decision the [choices, units] matrix of prefix masks: M[c, j] = 1 when rank_j < choices[c].
@@ -814,6 +873,19 @@ torch::Tensor prefix_matrix(const Decision& d) {
 }
 
 }  // namespace
+
+std::unique_ptr<model::ActivationObserver> search_masks(const SearchSpace& space, const std::vector<std::vector<double>>& probs,
+                                                        int tp_rank, int tp_size) {
+  if (probs.size() != space.decisions.size()) throw std::invalid_argument("search_masks: one probability vector per decision");
+  std::vector<torch::Tensor> prefix, y;
+  for (size_t d = 0; d < probs.size(); ++d) {
+    prefix.push_back(prefix_matrix(space.decisions[d]));
+    y.push_back(torch::tensor(probs[d], torch::kFloat64));
+  }
+  auto m = std::make_unique<SearchMasks>();
+  m->set(space, prefix, y, tp_rank, tp_size, torch::kCPU);
+  return m;
+}
 
 double quality_proxy(const SearchSpace& space, const std::vector<std::vector<double>>& probs, double experts_weight) {
   std::vector<torch::Tensor> p;
@@ -905,7 +977,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const EngineProfile engine = target ? target->engine : load_engine(o.engine, o.configs_dir);
   SpaceOptions so = o.space;
   so.tp = o.tp;
-  so.moe_axes = o.cost_only;
+  so.unit_ranks = !o.cost_only;
   const SearchSpace space = build_space(teacher_spec, scores, &engine, so, o.scores_source);
   const std::vector<Budget> budgets = resolve_budgets(o.constraints, teacher_spec, target ? &*target : nullptr);
   check_reachable(space, budgets, target ? &*target : nullptr);
@@ -1070,30 +1142,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
 
   // ---- masks of one sample for this rank
   SearchMasks masks;
-  const size_t L = teacher_spec.layers.size();
-  auto set_masks = [&](const std::vector<torch::Tensor>& y) {
-    masks.heads.assign(L, {});
-    masks.ffn.assign(L, {});
-    masks.mixer.assign(L, {});
-    masks.channel.assign(L, {});
-    masks.hidden = torch::Tensor();
-    // Masks go to the model's device; their gradient flows back to the host logits.
-    auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
-    if (space.hidden >= 0) masks.hidden = unit_mask(space.hidden);
-    for (size_t l = 0; l < L; ++l) {
-      if (space.attn[l] >= 0) {
-        const auto& a = *teacher_spec.layers[l].attention;
-        const int64_t hl = a.num_heads / tp_size;
-        masks.heads[l] = unit_mask(space.attn[l]).narrow(0, tp_rank * hl, hl).repeat_interleave(a.head_dim);
-      }
-      if (space.ffn[l] >= 0) {
-        const int64_t fl = teacher_spec.layers[l].mlp->ffn_size / tp_size;
-        masks.ffn[l] = unit_mask(space.ffn[l]).narrow(0, tp_rank * fl, fl);
-      }
-      if (space.mamba[l] >= 0) masks.mixer[l] = y[size_t(space.mamba[l])][1].to(dev, torch::kFloat32);
-      if (space.moe[l] >= 0) masks.channel[l] = y[size_t(space.moe[l])][1].to(dev, torch::kFloat32);
-    }
-  };
+  auto set_masks = [&](const std::vector<torch::Tensor>& y) { masks.set(space, prefix, y, tp_rank, tp_size, dev); };
 
   distill::ObjectiveConfig kd_cfg;
   kd_cfg.kd.temperature = o.temperature;
@@ -1362,7 +1411,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   if (root) {
     const ExactCost tc = exact_cost(teacher_spec, tgt), ac = exact_cost(space.spec(pick), tgt);
     json layers = json::array();
-    for (size_t l = 0; l < L; ++l) {
+    for (size_t l = 0; l < teacher_spec.layers.size(); ++l) {
       const auto& t = teacher_spec.layers[l];
       const auto& s = res.student.layers[l];
       json e = {{"layer", l}, {"teacher_kind", model::layer_kind(t)}, {"student_kind", model::layer_kind(s)}};

@@ -2,7 +2,8 @@
 // inside the teacher, against the serving cost model (docs/search.md).
 //
 // Architecture logits per decision (one global hidden width; per layer the MLP width, the
-// attention heads per KV group, and whether a Mamba / MoE sublayer stays) are sampled with
+// attention heads per KV group, whether a Mamba / MoE sublayer stays, and per MoE layer the
+// routed experts kept, each expert's FFN width and top-k) are sampled with
 // Gumbel-softmax at an annealed temperature; each decision's soft mask is the expected prefix
 // mask over the teacher's importance-ranked units, applied to the frozen teacher through the
 // model's observer hooks, so the masked teacher is the student. The objective is the KD loss
@@ -17,11 +18,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
 #include "model/arch_spec.h"
+#include "model/layers/observer.h"
 #include "search/costmodel/profiles.h"
 #include "search/importance.h"
 #include "search/minitron.h"
@@ -84,16 +87,21 @@ struct Decision {
                                  // top_k: routed experts per token
   std::vector<int64_t> rank;     // per unit its importance rank (0 = most important; heads: within
                                  // their KV group); one unit for mamba / moe; experts: per expert;
-                                 // expert_ffn: per neuron (scores summed over experts); top_k: none
+                                 // expert_ffn: per neuron of every expert, [num_experts * expert_ffn]
+                                 // ranks within the expert (what prune keeps; empty without
+                                 // SpaceOptions::unit_ranks); top_k: the routing slots 0..k-1
   int teacher_choice() const { return int(choices.size()) - 1; }
-  bool sharded() const { return axis == "ffn" || axis == "attn_heads"; }  // units split over TP
+  // The gradient of its logits is a partial sum over TP: its units are split over the TP ranks
+  // (FFN neurons, heads; routed experts, so also the routing slots of their tokens).
+  bool sharded() const {
+    return axis == "ffn" || axis == "attn_heads" || axis == "experts" || axis == "expert_ffn" || axis == "top_k";
+  }
 };
 
 struct SpaceOptions {
   // Axes searched: hidden ffn attn_heads skip experts expert_ffn top_k (empty: every one the
   // engine serves). "skip" adds the choice 0 (sublayer removed) to per-layer decisions and the
-  // mamba / moe keep decisions. The MoE axes (experts expert_ffn top_k) need `moe_axes`: the KD
-  // search has no soft mask over routed experts yet, so only the cost-only search varies them.
+  // mamba / moe keep decisions. Experts and top-k are not searched under grouped routing.
   std::vector<std::string> axes;
   // Explicit choices per axis (absolute values; the teacher's value is added when missing):
   // hidden=384,512 ffn=512,1024 attn_heads=1,2 (heads per KV group).
@@ -101,7 +109,9 @@ struct SpaceOptions {
   double min_width = 0.25;  // default grid: engine-friendly multiples from this fraction up
   int max_choices = 8;      // per decision, besides 0 (evenly thinned when the grid is longer)
   int tp = 1;               // every choice must split over this TP size
-  bool moe_axes = false;    // the per-layer MoE axes may be searched (search --cost-only)
+  // Rank every expert FFN neuron per expert for the KD search's masks. The cost-only search
+  // needs no ranks (and [experts x expert FFN] per layer is large for a 512-expert teacher).
+  bool unit_ranks = true;
 };
 
 struct SearchSpace {
@@ -168,6 +178,18 @@ RepairResult repair(const SearchSpace& space, std::vector<int> pick, const std::
 // Refuses (ac::InputError naming the option and the smallest reachable value) a budget the
 // smallest pick of the space does not meet, before any forward.
 void check_reachable(const SearchSpace& space, const std::vector<Budget>& budgets, const CostTarget* target);
+
+// ---- the masked teacher ---------------------------------------------------------------------
+
+// The soft masks of one distribution over the space (per decision, probabilities of its
+// choices) as an observer for this TP rank's shard of the teacher (model->set_observer): each
+// decision's mask is the expected prefix mask over its importance-ranked units; the experts
+// and top-k decisions give the router their choices' sets with the probabilities (the expected
+// routing, model/layers/observer.h modify_routing). At one-hot
+// probabilities the masked teacher computes what the pruned student of that pick computes
+// (tested for every axis). The masks live on the host (CPU).
+std::unique_ptr<model::ActivationObserver> search_masks(const SearchSpace& space, const std::vector<std::vector<double>>& probs,
+                                                        int tp_rank = 0, int tp_size = 1);
 
 // ---- the search -----------------------------------------------------------------------------
 

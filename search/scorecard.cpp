@@ -21,6 +21,7 @@
 #include "checkpoint/convert.h"
 #include "checkpoint/model_state.h"
 #include "dist/cpu_features.h"
+#include "dist/device.h"
 #include "dist/error.h"
 #include "model/generate.h"
 #include "model/layers/init.h"
@@ -178,6 +179,9 @@ EngineProfile scorecard_engine(EngineProfile e, const std::vector<ServingRequest
 }
 
 bool scorecard_cpu_clock(const ScorecardOptions& o) {
+  if (o.clock == "cpu" && o.cuda_index >= 0)
+    throw InputError("command line", "--clock", "cpu time does not measure a CUDA device (its runs are timed by the wall clock after a device synchronize)");
+  if (o.cuda_index >= 0) return false;
   if (o.clock == "cpu" && o.threads != 1)
     throw InputError("command line", "--clock", "cpu time measures latency only at --threads 1");
   if (o.clock != "cpu" && o.clock != "wall" && o.clock != "auto")
@@ -217,7 +221,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
   row.candidate = c;
   row.arch = summarize_arch(c.spec);
   row.dtype = o.dtype;
-  row.device = device_name(o.threads);
+  row.device = o.cuda_index >= 0 ? "cuda:" + std::to_string(o.cuda_index) : device_name(o.threads);
   row.hardware = hw_in.id;
   row.engine = engine_in.id;
   row.workload = workload.id;
@@ -262,12 +266,25 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
   // ---- measurement ----------------------------------------------------------------------------
   Stopwatch sw;
   sw.cpu_time = scorecard_cpu_clock(o);
-  row.clock = sw.name();
-  const std::function<double()> clock = [sw] { return sw.now(); };
-  tensor_memory::install();
-  const int64_t base = tensor_memory::current();
+  const bool cuda = o.cuda_index >= 0;
+  const int gpu = o.cuda_index;
+  row.clock = cuda ? "wall clock after a CUDA synchronize" : sw.name();
+  // On CUDA every timestamp waits for the device: kernels are asynchronous.
+  const std::function<double()> clock = [sw, cuda, gpu] {
+    if (cuda) dist::cuda_synchronize(gpu);
+    return sw.now();
+  };
+  // Live bytes: the counting CPU allocator, or the CUDA caching allocator's statistics.
+  if (!cuda) tensor_memory::install();
+  auto live = [&] { return cuda ? dist::cuda_allocated_bytes(gpu) : tensor_memory::current(); };
+  auto peak = [&] { return cuda ? dist::cuda_peak_allocated_bytes(gpu) : tensor_memory::peak(); };
+  auto reset_peak = [&] {
+    if (cuda) dist::reset_cuda_peak(gpu);
+    else tensor_memory::reset_peak();
+  };
+  const int64_t base = live();
   try {
-    const torch::Dtype dtype = o.dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+    const torch::Dtype dtype = o.dtype == "bfloat16" ? torch::kBFloat16 : o.dtype == "float16" ? torch::kHalf : torch::kFloat32;
     std::optional<model::CausalLM> holder;
     if (c.has_weights) {
       checkpoint::CheckpointReader reader(c.path);
@@ -281,6 +298,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
       (*holder)->init_weights(o.seed);
     }
     model::CausalLM& m = *holder;
+    if (cuda) m->to(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu)));
     m->eval();
     if (o.warmup) {  // first-call costs (allocator growth, kernel selection) stay out of the numbers
       const size_t w = std::min<size_t>(prompts[0].size(), 16);
@@ -288,7 +306,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
                                          {std::min<int64_t>(3, requests[0].output_tokens + 1)});
     }
     // Serving starts here: the peak counts from the loaded model on (load temporaries excluded).
-    tensor_memory::reset_peak();
+    reset_peak();
     // Static batches: up to `concurrency` consecutive requests of one prompt length.
     std::vector<std::vector<size_t>> waves;
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -324,7 +342,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
     row.tpot_s = percentiles(tpot);
     row.queue_s = percentiles(queue);
     row.output_tok_s = double(row.output_tokens) / std::max(row.seconds, 1e-12);
-    row.peak_bytes = double(tensor_memory::peak() - base);
+    row.peak_bytes = double(peak() - base);
   } catch (const InputError&) {
     throw;
   } catch (const std::bad_alloc&) {
@@ -452,7 +470,9 @@ std::string scorecard_markdown(const std::vector<ScorecardRow>& rows, const Scor
   out << "Requests: " << info.requests.size() << " from " << info.request_source << ", mean prompt "
       << fmt("%.0f", prompt / n) << " tokens, mean output " << fmt("%.0f", output / n) << " tokens, seed " << o.seed
       << "; concurrency " << o.concurrency << ", " << o.threads << " thread" << (o.threads == 1 ? "" : "s")
-      << "; latency by " << (scorecard_cpu_clock(o) ? "process CPU time (1 thread: other jobs' CPU time does not count, their contention does)" : "the wall clock")
+      << "; latency by " << (o.cuda_index >= 0 ? "the wall clock after a CUDA synchronize"
+                             : scorecard_cpu_clock(o) ? "process CPU time (1 thread: other jobs' CPU time does not count, their contention does)"
+                                                      : "the wall clock")
       << ".\n";
   if (info.capped > 0)
     out << "Capped: " << info.capped << " of " << info.requests.size() << " requests shortened (--max-prompt-tokens "
@@ -462,7 +482,8 @@ std::string scorecard_markdown(const std::vector<ScorecardRow>& rows, const Scor
   out << "Measured with this project's serving loop (batch-1 prefill of each prompt, then one batched decode step per "
          "token, KV cache / Mamba state, greedy, fixed output lengths). TTFT: a request's own "
          "prefill + first token; TPOT: one batched decode step; output tokens/s: all output tokens / the whole run; "
-         "peak: live CPU tensor bytes from the loaded model on (weights + caches + activations). Predicted: the cost "
+      << (o.cuda_index >= 0 ? "peak: the CUDA caching allocator's peak allocated bytes" : "peak: live CPU tensor bytes")
+      << " from the loaded model on (weights + caches + activations). Predicted: the cost "
          "model at the request set's mean lengths; err = (predicted - measured) / measured (TTFT and TPOT against "
          "p50).\n\n";
   out << "| candidate | params | active | layers | hetero | dtype | device | engine | context | conc | TTFT ms p50 / p90 "
@@ -557,8 +578,10 @@ json scorecard_json(const std::vector<ScorecardRow>& rows, const ScorecardInfo& 
           {"ttft", "a request's own prefill + first token (queue_s: its wait in its batch before that)"},
           {"tpot", "one batched decode step (percentiles over all steps)"},
           {"output_tok_s", "all output tokens / the wall time of all batches"},
-          {"peak_bytes", "peak live CPU tensor bytes (counting allocator) from the loaded model through the run, minus "
-                         "the bytes live before the model was built; load temporaries excluded"},
+          {"peak_bytes", std::string(o.cuda_index >= 0 ? "peak allocated bytes of the CUDA caching allocator"
+                                                        : "peak live CPU tensor bytes (counting allocator)") +
+                             " from the loaded model through the run, minus the bytes live before the model was built; "
+                             "load temporaries excluded"},
           {"predicted", "search/costmodel predict() at the request set's mean prompt/output lengths, the context and "
                         "the concurrency; peak = weights + activations + concurrency x (KV per token x the longest "
                         "request + Mamba state)"},

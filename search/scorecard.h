@@ -56,7 +56,7 @@ Candidate load_candidate(const std::string& arg);
 struct ScorecardOptions {
   int64_t concurrency = 1;     // sequences per static batch (wave)
   int64_t context_tokens = 0;  // one sequence's context for the memory fit (0: the workload's)
-  std::string dtype = "float32";  // compute dtype: "float32" | "bfloat16"
+  std::string dtype = "float32";  // compute dtype: "float32" | "bfloat16" | "float16" (CUDA only)
   int threads = 1;             // LibTorch intra-op threads while measuring
   uint64_t seed = 1234;        // prompt ids, random weights of architecture-only candidates
   double memory_bytes = 0;     // > 0: the device's memory as stated (replaces the profile's)
@@ -64,6 +64,10 @@ struct ScorecardOptions {
   // "cpu": process CPU time (only at 1 thread: other jobs on a shared machine do not count);
   // "wall": the wall clock; "auto": cpu at 1 thread, else wall (as `cost validate` times).
   std::string clock = "auto";
+  // >= 0: measure on CUDA device `cuda_index` (the model moved there; each timestamp after a
+  // device synchronize, by the wall clock; peak memory from the caching allocator's
+  // allocated-bytes statistics). -1: this machine's CPU.
+  int cuda_index = -1;
 };
 // The clock `o.clock` names at o.threads: {"process CPU time (1 thread)" | "wall clock", cpu?}.
 bool scorecard_cpu_clock(const ScorecardOptions& o);

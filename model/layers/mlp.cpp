@@ -132,26 +132,73 @@ MoeImpl::MoeImpl(const MoeSpec& spec, int64_t hidden, const TpGroup& tp, torch::
 std::pair<torch::Tensor, torch::Tensor> MoeImpl::route(const torch::Tensor& x) {
   auto logits = torch::nn::functional::linear(x.to(torch::kFloat32), gate->weight);
   const int64_t E = spec_.num_experts, k = spec_.top_k;
-  torch::Tensor idx, w;
-  if (spec_.router == RouterKind::SigmoidBias) {
-    auto scores = logits.sigmoid();
-    auto choice = scores + gate->e_score_correction_bias;
-    if (spec_.n_group > 1) {  // keep the topk_group groups with the best top-2 sums
-      auto grouped = choice.view({-1, spec_.n_group, E / spec_.n_group});
-      auto group_scores = std::get<0>(grouped.topk(2, -1)).sum(-1);
-      auto group_idx = std::get<1>(group_scores.topk(spec_.topk_group, -1, true, false));
-      auto keep = torch::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
-      auto mask = keep.unsqueeze(-1).expand({-1, spec_.n_group, E / spec_.n_group}).reshape({-1, E});
-      choice = choice.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+  // Search masks (observer.h modify_routing): expected routing over sets of kept experts and
+  // numbers of routing slots.
+  torch::Tensor expert_sets, expert_weights, slot_sets, slot_weights;
+  if (observe.observer) observe.observer->modify_routing(observe.layer, expert_sets, expert_weights, slot_sets, slot_weights);
+  const bool expected = expert_sets.defined() || slot_sets.defined();
+  // The router's candidates among `kept` ([E] 0/1; undefined: all), best first: ids [rows, k]
+  // and their weights before top-k renormalisation.
+  auto choose = [&](const torch::Tensor& kept) -> std::pair<torch::Tensor, torch::Tensor> {
+    if (spec_.router == RouterKind::SigmoidBias) {
+      auto scores = logits.sigmoid();
+      auto choice = scores + gate->e_score_correction_bias;
+      // A removed expert is never chosen, whatever its bias: the others' scores are unchanged.
+      if (kept.defined()) choice = choice.masked_fill(kept.eq(0).unsqueeze(0), -std::numeric_limits<float>::infinity());
+      if (spec_.n_group > 1) {  // keep the topk_group groups with the best top-2 sums
+        auto grouped = choice.view({-1, spec_.n_group, E / spec_.n_group});
+        auto group_scores = std::get<0>(grouped.topk(2, -1)).sum(-1);
+        auto group_idx = std::get<1>(group_scores.topk(spec_.topk_group, -1, true, false));
+        auto keep = torch::zeros_like(group_scores).scatter_(1, group_idx, 1.0);
+        auto mask = keep.unsqueeze(-1).expand({-1, spec_.n_group, E / spec_.n_group}).reshape({-1, E});
+        choice = choice.masked_fill(mask.logical_not(), -std::numeric_limits<float>::infinity());
+      }
+      auto idx = std::get<1>(choice.topk(k, -1, true, expected));
+      return {idx, scores.gather(1, idx)};
     }
-    idx = std::get<1>(choice.topk(k, -1, true, false));
-    w = scores.gather(1, idx);
-    if (spec_.norm_topk_prob) w = w / (w.sum(-1, true) + 1e-20);
-  } else {
     auto probs = torch::softmax(logits, -1);
-    std::tie(w, idx) = probs.topk(k, -1);
-    if (spec_.norm_topk_prob) w = w / w.sum(-1, true);
+    // Without an expert the softmax runs over the others: the kept probabilities renormalised.
+    if (kept.defined()) {
+      probs = probs * kept.unsqueeze(0);
+      probs = probs / probs.sum(-1, true);
+    }
+    auto [w, idx] = probs.topk(k, -1);
+    return {idx, w};
+  };
+  auto normalise = [&](const torch::Tensor& w) {
+    if (!spec_.norm_topk_prob) return w;
+    return spec_.router == RouterKind::SigmoidBias ? w / (w.sum(-1, true) + 1e-20) : w / w.sum(-1, true);
+  };
+  if (!expected) {
+    auto [idx, w] = choose(torch::Tensor());
+    return {idx, normalise(w) * spec_.routed_scaling};
   }
+  // The expectation over the search's sets: set c of experts (weight p_c) and the first j slots
+  // (weight q_j) route token t to expert e with weight w_cj(t, e); the layer's output is linear
+  // in those weights, so sum_cj p_c q_j w_cj(t, e) gives exactly the expected output (given the
+  // layer's input), differentiable in p and q, and the pruned layer's output at one-hot p, q.
+  auto dev = logits.device();
+  if (!expert_sets.defined()) {
+    expert_sets = torch::ones({1, E}, logits.options());
+    expert_weights = torch::ones({1}, logits.options());
+  }
+  if (!slot_sets.defined()) {
+    slot_sets = torch::ones({1, k}, logits.options());
+    slot_weights = torch::ones({1}, logits.options());
+  }
+  expert_sets = expert_sets.to(dev, torch::kFloat32);
+  expert_weights = expert_weights.to(dev, torch::kFloat32);
+  slot_sets = slot_sets.to(dev, torch::kFloat32);
+  slot_weights = slot_weights.to(dev, torch::kFloat32);
+  torch::Tensor dense = torch::zeros({logits.size(0), E}, logits.options());
+  for (int64_t c = 0; c < expert_sets.size(0); ++c) {
+    auto [idx, w] = choose(expert_sets[c]);
+    for (int64_t j = 0; j < slot_sets.size(0); ++j)
+      dense = dense.scatter_add(1, idx, normalise(w * slot_sets[j].unsqueeze(0)) * (expert_weights[c] * slot_weights[j]));
+  }
+  // Every (token, expert) pair with a weight under some set, as [rows, n] ids and weights.
+  const int64_t n = std::max<int64_t>(1, dense.ne(0).sum(1).max().item<int64_t>());
+  auto [w, idx] = dense.topk(n, -1);
   return {idx, w * spec_.routed_scaling};
 }
 
@@ -169,6 +216,7 @@ torch::Tensor MoeImpl::run_expert(const ExpertWeights& ew, int64_t le, const tor
   auto up = torch::matmul(xe, ew.ups[size_t(le)].t());
   auto a = spec_.activation == MlpActivation::SwiGLU ? act_silu(torch::matmul(xe, ew.gates[size_t(le)].t())) * up
                                                      : activate(up, spec_.activation);
+  if (observe.observer) observe.observer->modify_expert(observe.layer, expert_start_ + le, a);
   if (act) *act = a;
   return torch::matmul(a, ew.downs[size_t(le)].t());
 }
@@ -197,7 +245,7 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
     auto counts_a = counts.accessor<int64_t, 1>();
     int64_t offset = 0;
     for (int64_t e = 0; e < expert_start_; ++e) offset += counts_a[e];
-    const int64_t k = spec_.top_k;
+    const int64_t k = idx.size(1);  // top_k, or more under the search's expected routing
     const ExpertWeights ew = split_experts();
     for (int64_t le = 0; le < local_experts_; ++le) {
       const int64_t n = counts_a[expert_start_ + le];

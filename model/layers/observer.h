@@ -40,6 +40,19 @@ class ActivationObserver {
   // EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
   // sees it). Called after activation() where both apply. The default leaves it alone.
   virtual void modify(int /*layer*/, ObservePoint /*point*/, at::Tensor& /*act*/) {}
+  // The routing of one MoE forward (EP 1). The four tensors arrive undefined; the observer may
+  // set `expert_sets` [C, num_experts] (0/1 rows: sets of experts kept) with `expert_weights`
+  // [C], and `slot_sets` [C', top_k] (0/1 prefixes: the first j routing slots in order of
+  // preference) with `slot_weights` [C']. The layer then computes the weighted sum over (set,
+  // prefix) pairs of its output with only that set's experts (the router choosing among them
+  // exactly as a router without the others' rows would) and that many routed experts per token:
+  // the expected output when the weights are probabilities, linear and differentiable in them
+  // (search masks, search/das.h).
+  virtual void modify_routing(int /*layer*/, at::Tensor& /*expert_sets*/, at::Tensor& /*expert_weights*/,
+                              at::Tensor& /*slot_sets*/, at::Tensor& /*slot_weights*/) {}
+  // May replace the input of routed expert `expert`'s down projection ([n, expert_ffn]) as
+  // modify() does; called before expert().
+  virtual void modify_expert(int /*layer*/, int64_t /*expert*/, at::Tensor& /*down_input*/) {}
 };
 
 // What a layer holds: the observer (null: none) and the layer index it reports.

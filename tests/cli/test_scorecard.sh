@@ -28,6 +28,7 @@ SC=(scorecard --hardware cpu-local --cache-dir "$T/cache" --quick-calibration --
 expect_rc 0 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" "$T/nemotron_h" "$T/qwen3_moe" "$T/big.json" --out "$T/sc"
 cat "$T/out"
 expect_out "| candidate | params | active | layers | hetero |"
+expect_out "scorecard: device cpu (auto: this build has no CUDA"
 expect_out "Capped: 4 of 4 requests shortened (--max-prompt-tokens 40, --max-output-tokens 6; the workload asks 512 + 64)"
 expect_out "does not fit: weights"
 for f in scorecard.json scorecard.csv scorecard.md manifest.json; do
@@ -94,6 +95,10 @@ expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" "$AC
 expect_out "tiny-teacher.json: vocab_size: 4096, but .*llama has 96"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" --clock cpu --threads 2
 expect_out "command line: --clock: cpu time measures latency only at --threads 1"
+# The measurement runs where --device says; a CPU build has no CUDA to measure on (the GPU
+# path runs in scripts/gpu_check.sh on a lent GPU machine).
+expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/llama" --device cuda
+expect_out "\-\-device: cuda: this build has no CUDA"
 expect_rc 2 "$AC_BIN" "${SC[@]}" --workload in-game --checkpoint "$T/nothing"
 expect_out "nothing: --checkpoint: no such checkpoint"
 echo PASS

@@ -1,8 +1,9 @@
 // The AutoCompress search (search/das.h): the soft cost equals the exact cost model at hard
 // picks; every repaired pick meets every budget by the exact model (random budgets on toy
 // teachers); impossible budgets and bad axes are refused before any forward; on a toy teacher
-// whose data it generated itself, dead units and a dead sublayer are what the search removes;
-// two targets with different binding costs give different students; TP 2 x DP 2 equals TP 1;
+// whose data it generated itself, dead units and a dead sublayer are what the search removes
+// (also dead routed experts and expert neurons); one-hot masks compute the pruned student on
+// every axis; two targets with different binding costs give different students; TP 2 x DP 2 equals TP 1;
 // a resumed search ends where an uninterrupted one does, bitwise.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -197,31 +198,42 @@ TEST(Das, ImpossibleBudgetIsRefusedWithTheSmallestReachableValue) {
   EXPECT_NE(what([&] { search::resolve_budgets(bad, spec, nullptr); }).find("--hardware"), std::string::npos);
 }
 
-TEST(Das, MoeAxesAreCostOnlyAndTheProxyIsExact) {
+TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
   const auto spec = hybrid_spec();
   const auto vllm = target("h100", "vllm", "in-game").engine;
-  // The KD search holds the MoE axes and says why; asking for one is refused by name.
+  // By default (KD search and cost only alike): experts (never below top-k), expert FFN and
+  // top-k per MoE layer; the shared expert is held, and said so.
   search::SpaceOptions o;
-  const auto held = search::build_space(spec, full_scores(spec, 3), &vllm, o);
-  for (size_t l = 0; l < spec.layers.size(); ++l) EXPECT_EQ(held.experts[l] + held.expert_ffn[l] + held.top_k[l], -3);
-  bool noted = false;
-  for (const auto& n : held.notes) noted = noted || n.find("search --cost-only varies experts") != std::string::npos;
-  EXPECT_TRUE(noted);
-  o.axes = {"experts"};
-  EXPECT_NE(what([&] { search::build_space(spec, full_scores(spec, 3), &vllm, o); }).find("--axes: experts"), std::string::npos);
-  // Cost only: experts (never below top-k), expert FFN and top-k per MoE layer.
-  o.axes.clear();
-  o.moe_axes = true;
   const auto s = search::build_space(spec, full_scores(spec, 3), &vllm, o);
+  bool noted = false;
+  for (const auto& n : s.notes) noted = noted || n.find("shared expert FFN: held") != std::string::npos;
+  EXPECT_TRUE(noted);
   int moe_layers = 0;
   for (size_t l = 0; l < spec.layers.size(); ++l) {
-    if (!spec.layers[l].moe) continue;
+    if (!spec.layers[l].moe) {
+      EXPECT_EQ(s.experts[l] + s.expert_ffn[l] + s.top_k[l], -3);
+      continue;
+    }
     ++moe_layers;
     const auto& m = *spec.layers[l].moe;
     ASSERT_GE(s.expert_ffn[l], 0);
-    EXPECT_EQ(s.decisions[size_t(s.expert_ffn[l])].choices.back(), m.expert_ffn);
-    if (s.experts[l] >= 0) EXPECT_GE(s.decisions[size_t(s.experts[l])].choices.front(), m.top_k);
+    const auto& d = s.decisions[size_t(s.expert_ffn[l])];
+    EXPECT_EQ(d.choices.back(), m.expert_ffn);
+    ASSERT_EQ(int64_t(d.rank.size()), m.num_experts * m.expert_ffn);  // each expert ranks its own neurons
+    ASSERT_GE(s.experts[l], 0);
+    EXPECT_GE(s.decisions[size_t(s.experts[l])].choices.front(), m.top_k);
+    ASSERT_GE(s.top_k[l], 0);
+    EXPECT_EQ(s.decisions[size_t(s.top_k[l])].rank, (std::vector<int64_t>{0, 1}));
   }
+  // Cost only ranks nothing per expert neuron.
+  o.unit_ranks = false;
+  const auto c = search::build_space(spec, full_scores(spec, 3), &vllm, o);
+  for (size_t l = 0; l < spec.layers.size(); ++l)
+    if (c.expert_ffn[l] >= 0) EXPECT_TRUE(c.decisions[size_t(c.expert_ffn[l])].rank.empty());
+  // An MoE axis on a teacher without MoE layers is refused by name.
+  o.axes = {"experts"};
+  EXPECT_NE(what([&] { search::build_space(toy_spec(), full_scores(toy_spec(), 3), &vllm, o); }).find("--axes: experts: the teacher has no MoE layer"),
+            std::string::npos);
   ASSERT_GT(moe_layers, 0);
   // The proxy: 1 at the teacher, exact expectation (the mean over picks drawn from a product
   // distribution converges to it), lower for any smaller pick.
@@ -253,6 +265,68 @@ TEST(Das, MoeAxesAreCostOnlyAndTheProxyIsExact) {
     mean += search::quality_proxy(s, onehot(pick), 0.5) / n;
   }
   EXPECT_NEAR(mean, search::quality_proxy(s, probs, 0.5), 0.01);
+}
+
+// One-hot masks on the teacher compute exactly what the pruned student of that pick computes,
+// on every axis at once (hidden, attention heads, FFN, whole sublayers, experts kept, each
+// expert's FFN, top-k), for the sigmoid-with-bias router (Nemotron-H, plain and latent MoE) and
+// the softmax router (Qwen3-MoE) with and without top-k renormalisation. This is what makes the
+// masked teacher the student: the KD loss the search sees at a hard sample is the student's.
+TEST(Das, HardMasksComputeThePrunedStudent) {
+  const auto local = target("h100", "local-eager", "in-game").engine;
+  std::vector<model::ArchSpec> teachers;
+  teachers.push_back(hybrid_spec());
+  for (bool norm : {true, false}) {
+    model::ArchSpec q = hybrid_spec();
+    q.name = norm ? "prune-softmax-moe" : "prune-softmax-moe-unnormed";
+    q.layers = {q.layers[2], q.layers[1], q.layers[3], q.layers[1]};  // attention, MoE, MLP, MoE
+    for (auto& l : q.layers)
+      if (l.moe) l.moe->router = model::RouterKind::Softmax, l.moe->routed_scaling = 1.0, l.moe->norm_topk_prob = norm,
+                 l.moe->activation = model::MlpActivation::SwiGLU;
+    teachers.push_back(q);
+  }
+  std::mt19937 rng(11);
+  int picks_checked = 0;
+  for (const auto& spec : teachers) {
+    const std::string dir = shared_dir("das-hard-" + spec.name);
+    auto teacher = make_teacher(spec);
+    save_teacher(teacher, dir + "/teacher");
+    const auto scores = full_scores(spec, 5);
+    const auto space = search::build_space(spec, scores, &local, search::SpaceOptions{});
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    const auto ids = torch::randint(0, spec.vocab_size, {2, 11}, gen);
+    for (int trial = 0; trial < 3; ++trial) {
+      std::vector<int> pick = trial == 0 ? space.smallest_pick() : random_pick(space, rng);
+      std::vector<std::vector<double>> onehot;
+      bool smaller_moe = false;
+      for (size_t d = 0; d < pick.size(); ++d) {
+        onehot.emplace_back(space.decisions[d].choices.size(), 0.0);
+        onehot.back()[size_t(pick[d])] = 1.0;
+        const auto& ax = space.decisions[d].axis;
+        smaller_moe = smaller_moe || ((ax == "experts" || ax == "expert_ffn" || ax == "top_k") && pick[d] != space.decisions[d].teacher_choice());
+      }
+      if (trial == 0) {  // the smallest pick keeps every MoE sublayer with the fewest of everything
+        for (size_t l = 0; l < spec.layers.size(); ++l)
+          if (space.moe[l] >= 0) pick[size_t(space.moe[l])] = 1, onehot[size_t(space.moe[l])] = {0.0, 1.0};
+      }
+      EXPECT_TRUE(smaller_moe) << spec.name << " pick " << trial << " changes no MoE axis";
+      const auto student_spec = space.spec(pick);
+      const std::string out = dir + "/student" + std::to_string(trial);
+      search::prune_checkpoint(MPI_COMM_WORLD, dir + "/teacher", scores, student_spec, out);
+      auto student = load_student(out);
+      auto masks = search::search_masks(space, onehot);
+      teacher->set_observer(masks.get());
+      const auto masked = logits(teacher, ids);
+      teacher->set_observer(nullptr);
+      const double diff = (masked - logits(student, ids)).abs().max().item<double>();
+      const double spread = logits(teacher, ids).abs().max().item<double>();
+      EXPECT_LT(diff, 1e-4 * std::max(1.0, spread)) << spec.name << " pick " << trial << ": " << model::arch_to_json(student_spec).dump();
+      // And the pick changed the function (the test would pass trivially otherwise).
+      EXPECT_GT((masked - logits(teacher, ids)).abs().max().item<double>(), 1e-3) << spec.name << " pick " << trial;
+      ++picks_checked;
+    }
+  }
+  EXPECT_EQ(picks_checked, 9);
 }
 
 TEST(DasCostOnly, NemotronSuperTo74BOnOneB200) {
@@ -318,14 +392,13 @@ struct ToyRun {
   search::ImportanceScores scores;
 };
 
-ToyRun make_toy(const std::string& name) {
+// `spec` edited by `edit`, saved with data sampled from it (64 documents of 40 tokens).
+ToyRun make_run(const std::string& name, const model::ArchSpec& spec, const std::function<void(model::CausalLM&)>& edit) {
   ToyRun t;
   t.dir = shared_dir(name);
-  const auto spec = toy_spec();
-  t.teacher = make_teacher(spec, [](model::CausalLM& m) {
+  t.teacher = make_teacher(spec, [&](model::CausalLM& m) {
     torch::NoGradGuard ng;
-    param(m, "layers.2.mlp.down_proj.weight").zero_();
-    param(m, "layers.0.mlp.down_proj.weight").narrow(1, 64, 64).zero_();
+    edit(m);
     param(m, "lm_head.weight").mul_(3.0);
   });
   save_teacher(t.teacher, t.dir + "/teacher");
@@ -346,8 +419,44 @@ ToyRun make_toy(const std::string& name) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   t.scores = full_scores(spec, 4);
+  return t;
+}
+
+ToyRun make_toy(const std::string& name) {
+  ToyRun t = make_run(name, toy_spec(), [](model::CausalLM& m) {
+    param(m, "layers.2.mlp.down_proj.weight").zero_();
+    param(m, "layers.0.mlp.down_proj.weight").narrow(1, 64, 64).zero_();
+  });
   for (int j = 64; j < 128; ++j) t.scores.layers[0].mlp_neurons[size_t(j)] = 0;
   for (auto& x : t.scores.layers[2].mlp_neurons) x = 0;
+  return t;
+}
+
+// An MoE toy (Nemotron-H style: attention, MoE, attention, MoE; 8 experts of FFN 32, top-2,
+// sigmoid router with bias): experts 6 and 7 of both MoE layers are never routed (bias -100)
+// and carry nothing; in layer 1 every expert's FFN neurons 24..31 carry nothing.
+model::ArchSpec moe_toy_spec() {
+  model::ArchSpec s = hybrid_spec();
+  s.name = "das-moe-toy";
+  s.layers = {s.layers[2], s.layers[1], s.layers[2], s.layers[1]};
+  return s;
+}
+
+ToyRun make_moe_toy(const std::string& name) {
+  ToyRun t = make_run(name, moe_toy_spec(), [](model::CausalLM& m) {
+    for (int l : {1, 3}) {
+      const std::string w = "layers." + std::to_string(l) + ".moe.";
+      param(m, w + "gate.e_score_correction_bias").narrow(0, 6, 2).fill_(-100.0);
+      param(m, w + "experts.down_proj").narrow(0, 6, 2).zero_();
+    }
+    param(m, "layers.1.moe.experts.down_proj").narrow(2, 24, 8).zero_();
+  });
+  for (int l : {1, 3}) {
+    auto& sc = t.scores.layers[size_t(l)];
+    sc.moe_experts[6] = sc.moe_experts[7] = 0;
+  }
+  for (int e = 0; e < 8; ++e)
+    for (int j = 24; j < 32; ++j) t.scores.layers[1].moe_expert_neurons[size_t(e * 32 + j)] = 0;
   return t;
 }
 
@@ -561,5 +670,45 @@ TEST(DasSearch, JointWeightsResumeBitwiseAndTheStudentIsCutFromThem) {
     checkpoint::CheckpointReader rs(checkpoint::resolve_latest(single.out + "/search"));
     const auto w1 = trained.read("model/lm_head.weight"), w2 = rs.read("model/lm_head.weight");
     EXPECT_LT((w1 - w2).abs().max().item<double>(), 1e-5);
+  });
+}
+
+TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
+  ToyRun t = make_moe_toy("das-moe-dead");
+  const auto spec = moe_toy_spec();
+  model::ArchSpec want = spec;
+  want.layers[1].moe->num_experts = want.layers[3].moe->num_experts = 6;
+  want.layers[1].moe->expert_ffn = 24;
+  auto o = toy_options(t, "out");
+  o.constraints.absolute.params = double(model::count_params(want).total());
+  o.space.axes = {"experts", "expert_ffn"};
+  o.space.choices = {{"experts", {4, 6}}, {"expert_ffn", {16, 24}}};
+  o.tp = world_size() % 2 == 0 ? 2 : 1;
+  o.steps = 80;
+  const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
+  EXPECT_LE(r.repaired.cost.params, o.constraints.absolute.params);
+  // The same params are reachable by cutting layer 3's live neurons instead of layer 1's dead
+  // ones: only the KD term tells them apart.
+  EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
+              auto w = want;
+              w.name = r.student.name;
+              return w;
+            }()));
+  auto st = load_student(o.out + "/student");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
+  EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
+  // The MoE decisions' gradients are partial sums over TP (experts split over the TP ranks):
+  // 8 steps at TP 2 x DP equal the same steps on one rank.
+  auto few = o;
+  few.out = t.dir + "/few";
+  few.steps = 8;
+  few.micro_batch = 8 / world_size() * few.tp;
+  few.constraints.absolute.params = 0;
+  few.constraints.params_ratio = 0.8;
+  search::run_search(few, t.scores, MPI_COMM_WORLD);
+  on_rank_0_alone(few, t, [&](const search::DasOptions& single) {
+    const auto a = final_theta(few.out), b = final_theta(single.out);
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
   });
 }
