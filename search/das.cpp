@@ -224,6 +224,7 @@ model::ArchSpec SearchSpace::spec(const std::vector<int>& pick) const {
       if (experts[l] >= 0) L.moe->num_experts = int(value(experts[l]));
       if (expert_ffn[l] >= 0) L.moe->expert_ffn = value(expert_ffn[l]);
       if (top_k[l] >= 0) L.moe->top_k = int(value(top_k[l]));
+      if (shared_ffn[l] >= 0) L.moe->shared_ffn = value(shared_ffn[l]);
     }
   }
   return s;
@@ -244,17 +245,18 @@ json SearchSpace::to_json() const {
 
 SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores, const EngineProfile* engine,
                         const SpaceOptions& o, const std::string& src) {
-  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k"};
-  static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k"};
-  bool any_moe_layer = false;
-  for (const auto& layer : t.layers) any_moe_layer = any_moe_layer || layer.moe;
+  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"};
+  static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k", "shared_ffn"};
+  bool any_moe_layer = false, any_shared = false;
+  for (const auto& layer : t.layers) any_moe_layer = any_moe_layer || layer.moe, any_shared = any_shared || (layer.moe && layer.moe->shared_ffn > 0);
   for (const auto& a : o.axes) {
-    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip experts expert_ffn top_k)");
+    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip experts expert_ffn top_k shared_ffn)");
     if (has(moe_axes, a) && !any_moe_layer) throw InputError("--axes", a, "the teacher has no MoE layer");
+    if (a == "shared_ffn" && !any_shared) throw InputError("--axes", a, "the teacher's MoE layers have no shared expert");
   }
   for (const auto& [a, v] : o.choices) {
-    if (!has({"hidden", "ffn", "attn_heads", "experts", "expert_ffn", "top_k"}, a))
-      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads experts expert_ffn top_k)");
+    if (!has({"hidden", "ffn", "attn_heads", "experts", "expert_ffn", "top_k", "shared_ffn"}, a))
+      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads experts expert_ffn top_k shared_ffn)");
     if (v.empty()) throw InputError("--choices", a, "no values");
   }
   if (o.min_width <= 0 || o.min_width > 1) throw InputError("--min-width", fmt(o.min_width), "must be in (0, 1]");
@@ -268,8 +270,9 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.teacher = t;
   if (axes.empty()) {
     axes.push_back("hidden");
-    for (const char* a : {"ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k"}) {
+    for (const char* a : {"ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"}) {
       if (has(moe_axes, a) && !any_moe_layer) continue;
+      if (std::string(a) == "shared_ffn" && !any_shared) continue;
       if (served(a)) axes.push_back(a);
       else s.notes.push_back(std::string(a) + ": held, " + eng + " cannot serve per-layer " + a +
                              (engine && !engine->heterogeneous_format.empty() ? " (" + engine->heterogeneous_format + ")" : ""));
@@ -301,6 +304,7 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.experts.assign(L, -1);
   s.expert_ffn.assign(L, -1);
   s.top_k.assign(L, -1);
+  s.shared_ffn.assign(L, -1);
   // A choice is valid when the teacher with only that change splits over TP.
   auto splits = [&](const std::function<void(model::ArchSpec&)>& edit) {
     model::ArchSpec probe = t;
@@ -447,13 +451,19 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
         std::iota(slots.begin(), slots.end(), 0);
         moe_axis("top_k", m.top_k, 1, 1, [](model::MoeSpec& x, int64_t v) { x.top_k = int(v); }, slots, s.top_k);
       }
+      if (m.shared_ffn > 0 && has(axes, "shared_ffn")) {
+        // The shared expert keeps its best neurons, as prune does (it runs on every token, like a
+        // dense MLP; no choice 0: the layer keeps its shared expert).
+        std::vector<int64_t> rank;
+        if (o.unit_ranks) rank = ranks(sized(sc.moe_shared_neurons, size_t(m.shared_ffn), "moe_shared_neurons"), 0, m.shared_ffn);
+        moe_axis("shared_ffn", m.shared_ffn, minitron_divisor(128, m.shared_ffn), 1,
+                 [](model::MoeSpec& x, int64_t v) { x.shared_ffn = v; }, std::move(rank), s.shared_ffn);
+      }
     }
   }
-  bool any_mamba = false, any_moe = false;
-  for (const auto& l : t.layers) any_mamba = any_mamba || l.mamba, any_moe = any_moe || l.moe;
+  bool any_mamba = false;
+  for (const auto& l : t.layers) any_mamba = any_mamba || l.mamba;
   if (any_mamba) s.notes.push_back("mamba heads / head dim: held (the search removes whole Mamba sublayers only; per-layer Mamba heads are not served by vLLM's nemotron_h_puzzle)");
-  if (any_moe)
-    s.notes.push_back("shared expert FFN: held (the differentiable cost model has no per-layer shared width yet)");
   if (s.decisions.empty())
     throw InputError("--axes", axes.empty() ? "(default)" : axes[0], "leaves nothing to search for this teacher on " + eng);
   return s;
@@ -657,12 +667,14 @@ class SoftCostFn {
     std::vector<int64_t> offset(s.decisions.size() + 1, 0);
     for (size_t d = 0; d < s.decisions.size(); ++d) offset[d + 1] = offset[d] + int64_t(s.decisions[d].choices.size());
     if (s.hidden >= 0) hidden_offset_ = offset[size_t(s.hidden)];
-    std::vector<double> heads(L, 1.0), ffn(L, 1.0), kv(L, 1.0), experts(L, 1.0), top_k(L, 1.0), expert_ffn(L, 1.0);
+    std::vector<double> heads(L, 1.0), ffn(L, 1.0), kv(L, 1.0), experts(L, 1.0), top_k(L, 1.0), expert_ffn(L, 1.0), shared(L, 0.0);
     for (size_t l = 0; l < L; ++l) {
       const auto& x = t.layers[l];
       if (x.attention) heads[l] = double(x.attention->num_heads), kv[l] = double(x.attention->num_kv_heads);
       if (x.mlp) ffn[l] = double(x.mlp->ffn_size);
-      if (x.moe) experts[l] = double(x.moe->num_experts), top_k[l] = double(x.moe->top_k), expert_ffn[l] = double(x.moe->expert_ffn);
+      if (x.moe)
+        experts[l] = double(x.moe->num_experts), top_k[l] = double(x.moe->top_k), expert_ffn[l] = double(x.moe->expert_ffn),
+        shared[l] = double(x.moe->shared_ffn);
     }
     auto group = [&](const std::vector<int>& per_layer, const std::vector<double>& scale, const std::vector<double>& base) {
       Group g;
@@ -713,11 +725,13 @@ class SoftCostFn {
     experts_ = group(s.experts, ones, experts);
     top_k_ = group(s.top_k, ones, top_k);
     expert_ffn_ = group(s.expert_ffn, ones, expert_ffn);
+    shared_ffn_ = group(s.shared_ffn, ones, shared);
     base_heads_ = torch::tensor(heads, torch::kFloat64);
     base_ffn_ = torch::tensor(ffn, torch::kFloat64);
     base_experts_ = torch::tensor(experts, torch::kFloat64);
     base_top_k_ = torch::tensor(top_k, torch::kFloat64);
     base_expert_ffn_ = torch::tensor(expert_ffn, torch::kFloat64);
+    base_shared_ffn_ = torch::tensor(shared, torch::kFloat64);
     ones_ = torch::ones({int64_t(L)}, torch::kFloat64);
     reserved_ = target.engine.cuda_graph_bytes + target.engine.non_torch_bytes;
     conc_ = double(std::max<int64_t>(1, target.workload.concurrency));
@@ -740,9 +754,10 @@ class SoftCostFn {
     if (ffn_.n) keep_and_width(ffn_, base_ffn_, d.mlp_keep, d.ffn);
     if (mamba_.n) d.mamba_keep = ones_.index_copy(0, mamba_.layers, p.index_select(0, mamba_.second));
     if (moe_.n) d.moe_keep = ones_.index_copy(0, moe_.layers, p.index_select(0, moe_.second));
-    if (experts_.n || top_k_.n || expert_ffn_.n) {
+    if (experts_.n || top_k_.n || expert_ffn_.n || shared_ffn_.n) {
       auto dim = [&](const Group& g, const torch::Tensor& base) { return g.n ? base.index_copy(0, g.layers, expected(g)) : base; };
       d.experts = dim(experts_, base_experts_), d.top_k = dim(top_k_, base_top_k_), d.expert_ffn = dim(expert_ffn_, base_expert_ffn_);
+      d.shared_ffn = dim(shared_ffn_, base_shared_ffn_);
     }
     const SoftCost c = model_(d);  // [widths] each
     const torch::Tensor w = s_.hidden >= 0 ? p.narrow(0, hidden_offset_, model_.num_widths()) : torch::ones({1}, torch::kFloat64);
@@ -764,8 +779,8 @@ class SoftCostFn {
   const SearchSpace& s_;
   DifferentiableCostModel model_;
   int64_t hidden_offset_ = 0;
-  Group attn_, ffn_, mamba_, moe_, experts_, top_k_, expert_ffn_;
-  torch::Tensor base_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, ones_;
+  Group attn_, ffn_, mamba_, moe_, experts_, top_k_, expert_ffn_, shared_ffn_;
+  torch::Tensor base_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, base_shared_ffn_, ones_;
   double reserved_ = 0, conc_ = 1;
 };
 
@@ -784,8 +799,12 @@ torch::Tensor proxy_tensor(const SearchSpace& s, const std::vector<torch::Tensor
     if (L.mamba) sum = sum + frac(s.mamba[l], 1.0), ++n;
     if (L.moe) {
       const auto& m = *L.moe;
-      sum = sum + frac(s.moe[l], 1.0) * frac(s.expert_ffn[l], double(m.expert_ffn)) *
-                      (w * frac(s.experts[l], double(m.num_experts)) + (1.0 - w) * frac(s.top_k[l], double(m.top_k)));
+      const torch::Tensor routed = frac(s.expert_ffn[l], double(m.expert_ffn)) *
+                                   (w * frac(s.experts[l], double(m.num_experts)) + (1.0 - w) * frac(s.top_k[l], double(m.top_k)));
+      // The shared expert's share of the layer's active FFN width in the teacher.
+      const double sh = double(m.shared_ffn) / double(m.shared_ffn + int64_t(m.top_k) * m.expert_ffn);
+      const torch::Tensor shared = m.shared_ffn > 0 ? frac(s.shared_ffn[l], double(m.shared_ffn)) : torch::ones({}, torch::kFloat64);
+      sum = sum + frac(s.moe[l], 1.0) * ((1.0 - sh) * routed + sh * shared);
       ++n;
     }
   }
@@ -801,6 +820,7 @@ class SearchMasks : public model::ActivationObserver {
   // top-k decision's slot prefixes [C', top_k] and weights [C'] (the routing's expectation over
   // them), each expert's FFN mask [E, expert_ffn].
   std::vector<torch::Tensor> expert_sets, expert_weights, slot_sets, slot_weights, expert_ffn;
+  std::vector<torch::Tensor> shared;  // per MoE layer: this rank's shared-expert down-input mask
   void activation(int, model::ObservePoint, const at::Tensor&) override {}
   void expert(int, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) override {}
   void modify(int layer, model::ObservePoint p, at::Tensor& x) override {
@@ -814,6 +834,7 @@ class SearchMasks : public model::ActivationObserver {
       case P::FfnOut: mul(channel[size_t(layer)]), mul(hidden); break;
       case P::AttnOProjInput: mul(heads[size_t(layer)]); break;
       case P::MlpDownInput: mul(ffn[size_t(layer)]); break;
+      case P::SharedDownInput: mul(shared[size_t(layer)]); break;
       default: break;
     }
   }
@@ -832,7 +853,8 @@ class SearchMasks : public model::ActivationObserver {
            int64_t tp_rank, int64_t tp_size, const torch::Device& dev) {
     const model::ArchSpec& t = space.teacher;
     const size_t L = t.layers.size();
-    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn}) v->assign(L, {});
+    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn, &shared})
+      v->assign(L, {});
     hidden = torch::Tensor();
     auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
     if (space.hidden >= 0) hidden = unit_mask(space.hidden);
@@ -860,6 +882,11 @@ class SearchMasks : public model::ActivationObserver {
       }
       // Routed experts are whole on the rank that holds them: global expert ids index the masks.
       if (space.expert_ffn[l] >= 0) expert_ffn[l] = unit_mask(space.expert_ffn[l]).view({t.layers[l].moe->num_experts, -1});
+      // The shared expert is split over TP like a dense MLP.
+      if (space.shared_ffn[l] >= 0) {
+        const int64_t fl = t.layers[l].moe->shared_ffn / tp_size;
+        shared[l] = unit_mask(space.shared_ffn[l]).narrow(0, tp_rank * fl, fl);
+      }
     }
   }
 };

@@ -2,7 +2,7 @@
 // picks; every repaired pick meets every budget by the exact model (random budgets on toy
 // teachers); impossible budgets and bad axes are refused before any forward; on a toy teacher
 // whose data it generated itself, dead units and a dead sublayer are what the search removes
-// (also dead routed experts and expert neurons); one-hot masks compute the pruned student on
+// (also dead routed experts, expert neurons and shared-expert neurons); one-hot masks compute the pruned student on
 // every axis; two targets with different binding costs give different students; TP 2 x DP 2 equals TP 1;
 // a resumed search ends where an uninterrupted one does, bitwise.
 #include <gtest/gtest.h>
@@ -138,7 +138,8 @@ TEST(Das, RepairMeetsEveryBudgetByTheExactModel) {
     const auto space = toy_space(spec, &tg.engine);
     for (int trial = 0; trial < 40; ++trial) {
       search::SearchConstraints c;
-      std::uniform_real_distribution<double> r(0.05, 0.95);
+      // Every fourth trial a budget below what most spaces reach (refused up front).
+      std::uniform_real_distribution<double> r(trial % 4 == 3 ? 0.005 : 0.05, trial % 4 == 3 ? 0.05 : 0.95);
       const int n = 1 + trial % 3;
       for (int k = 0; k < n; ++k) {
         switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
@@ -201,17 +202,15 @@ TEST(Das, ImpossibleBudgetIsRefusedWithTheSmallestReachableValue) {
 TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
   const auto spec = hybrid_spec();
   const auto vllm = target("h100", "vllm", "in-game").engine;
-  // By default (KD search and cost only alike): experts (never below top-k), expert FFN and
-  // top-k per MoE layer; the shared expert is held, and said so.
+  // By default (KD search and cost only alike): experts (never below top-k), expert FFN,
+  // top-k and the shared expert's width per MoE layer.
   search::SpaceOptions o;
   const auto s = search::build_space(spec, full_scores(spec, 3), &vllm, o);
-  bool noted = false;
-  for (const auto& n : s.notes) noted = noted || n.find("shared expert FFN: held") != std::string::npos;
-  EXPECT_TRUE(noted);
+  for (const auto& n : s.notes) EXPECT_EQ(n.find("shared_ffn: held"), std::string::npos) << n;
   int moe_layers = 0;
   for (size_t l = 0; l < spec.layers.size(); ++l) {
     if (!spec.layers[l].moe) {
-      EXPECT_EQ(s.experts[l] + s.expert_ffn[l] + s.top_k[l], -3);
+      EXPECT_EQ(s.experts[l] + s.expert_ffn[l] + s.top_k[l] + s.shared_ffn[l], -4);
       continue;
     }
     ++moe_layers;
@@ -224,6 +223,12 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
     EXPECT_GE(s.decisions[size_t(s.experts[l])].choices.front(), m.top_k);
     ASSERT_GE(s.top_k[l], 0);
     EXPECT_EQ(s.decisions[size_t(s.top_k[l])].rank, (std::vector<int64_t>{0, 1}));
+    ASSERT_GE(s.shared_ffn[l], 0);
+    const auto& sh = s.decisions[size_t(s.shared_ffn[l])];
+    EXPECT_EQ(sh.choices.back(), m.shared_ffn);
+    EXPECT_GT(sh.choices.front(), 0);  // the shared expert stays (a narrower one)
+    EXPECT_EQ(int64_t(sh.rank.size()), m.shared_ffn);
+    EXPECT_TRUE(sh.sharded());
   }
   // Cost only ranks nothing per expert neuron.
   o.unit_ranks = false;
@@ -234,6 +239,18 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
   o.axes = {"experts"};
   EXPECT_NE(what([&] { search::build_space(toy_spec(), full_scores(toy_spec(), 3), &vllm, o); }).find("--axes: experts: the teacher has no MoE layer"),
             std::string::npos);
+  // The shared width on MoE layers without a shared expert: refused by name; by default simply
+  // not an axis.
+  model::ArchSpec no_shared = spec;
+  for (auto& l : no_shared.layers)
+    if (l.moe) l.moe->shared_ffn = 0;
+  o.axes = {"shared_ffn"};
+  EXPECT_NE(what([&] { search::build_space(no_shared, full_scores(no_shared, 3), &vllm, o); })
+                .find("--axes: shared_ffn: the teacher's MoE layers have no shared expert"),
+            std::string::npos);
+  o.axes.clear();
+  const auto ns = search::build_space(no_shared, full_scores(no_shared, 3), &vllm, o);
+  for (int d : ns.shared_ffn) EXPECT_EQ(d, -1);
   ASSERT_GT(moe_layers, 0);
   // The proxy: 1 at the teacher, exact expectation (the mean over picks drawn from a product
   // distribution converges to it), lower for any smaller pick.
@@ -269,7 +286,7 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
 
 // One-hot masks on the teacher compute exactly what the pruned student of that pick computes,
 // on every axis at once (hidden, attention heads, FFN, whole sublayers, experts kept, each
-// expert's FFN, top-k), for the sigmoid-with-bias router (Nemotron-H, plain and latent MoE) and
+// expert's FFN, top-k, the shared expert's width), for the sigmoid-with-bias router (Nemotron-H, plain and latent MoE) and
 // the softmax router (Qwen3-MoE) with and without top-k renormalisation. This is what makes the
 // masked teacher the student: the KD loss the search sees at a hard sample is the student's.
 TEST(Das, HardMasksComputeThePrunedStudent) {
@@ -303,7 +320,8 @@ TEST(Das, HardMasksComputeThePrunedStudent) {
         onehot.emplace_back(space.decisions[d].choices.size(), 0.0);
         onehot.back()[size_t(pick[d])] = 1.0;
         const auto& ax = space.decisions[d].axis;
-        smaller_moe = smaller_moe || ((ax == "experts" || ax == "expert_ffn" || ax == "top_k") && pick[d] != space.decisions[d].teacher_choice());
+        smaller_moe = smaller_moe ||
+                      ((ax == "experts" || ax == "expert_ffn" || ax == "top_k" || ax == "shared_ffn") && pick[d] != space.decisions[d].teacher_choice());
       }
       if (trial == 0) {  // the smallest pick keeps every MoE sublayer with the fewest of everything
         for (size_t l = 0; l < spec.layers.size(); ++l)
@@ -433,8 +451,9 @@ ToyRun make_toy(const std::string& name) {
 }
 
 // An MoE toy (Nemotron-H style: attention, MoE, attention, MoE; 8 experts of FFN 32, top-2,
-// sigmoid router with bias): experts 6 and 7 of both MoE layers are never routed (bias -100)
-// and carry nothing; in layer 1 every expert's FFN neurons 24..31 carry nothing.
+// sigmoid router with bias, a shared expert of FFN 64): experts 6 and 7 of both MoE layers are
+// never routed (bias -100) and carry nothing; in layer 1 every expert's FFN neurons 24..31 carry
+// nothing, in layer 3 the shared expert's neurons 48..63.
 model::ArchSpec moe_toy_spec() {
   model::ArchSpec s = hybrid_spec();
   s.name = "das-moe-toy";
@@ -450,6 +469,7 @@ ToyRun make_moe_toy(const std::string& name) {
       param(m, w + "experts.down_proj").narrow(0, 6, 2).zero_();
     }
     param(m, "layers.1.moe.experts.down_proj").narrow(2, 24, 8).zero_();
+    param(m, "layers.3.moe.shared_experts.down_proj.weight").narrow(1, 48, 16).zero_();
   });
   for (int l : {1, 3}) {
     auto& sc = t.scores.layers[size_t(l)];
@@ -457,6 +477,7 @@ ToyRun make_moe_toy(const std::string& name) {
   }
   for (int e = 0; e < 8; ++e)
     for (int j = 24; j < 32; ++j) t.scores.layers[1].moe_expert_neurons[size_t(e * 32 + j)] = 0;
+  for (int j = 48; j < 64; ++j) t.scores.layers[3].moe_shared_neurons[size_t(j)] = 0;
   return t;
 }
 
@@ -679,16 +700,18 @@ TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
   model::ArchSpec want = spec;
   want.layers[1].moe->num_experts = want.layers[3].moe->num_experts = 6;
   want.layers[1].moe->expert_ffn = 24;
+  want.layers[3].moe->shared_ffn = 48;
   auto o = toy_options(t, "out");
   o.constraints.absolute.params = double(model::count_params(want).total());
-  o.space.axes = {"experts", "expert_ffn"};
-  o.space.choices = {{"experts", {4, 6}}, {"expert_ffn", {16, 24}}};
+  o.space.axes = {"experts", "expert_ffn", "shared_ffn"};
+  o.space.choices = {{"experts", {4, 6}}, {"expert_ffn", {16, 24}}, {"shared_ffn", {32, 48}}};
   o.tp = world_size() % 2 == 0 ? 2 : 1;
   o.steps = 80;
   const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
   EXPECT_LE(r.repaired.cost.params, o.constraints.absolute.params);
-  // The same params are reachable by cutting layer 3's live neurons instead of layer 1's dead
-  // ones: only the KD term tells them apart.
+  // The same params are reachable by cutting layer 3's live expert neurons instead of layer 1's
+  // dead ones, or layer 1's live shared neurons instead of layer 3's dead ones: only the KD term
+  // tells them apart.
   EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
               auto w = want;
               w.name = r.student.name;
