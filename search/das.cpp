@@ -219,6 +219,7 @@ model::ArchSpec SearchSpace::spec(const std::vector<int>& pick) const {
       else L.mlp->ffn_size = f;
     }
     if (mamba[l] >= 0 && value(mamba[l]) == 0) L.mamba.reset();
+    if (L.mamba && mamba_heads[l] >= 0) L.mamba->num_heads = int(value(mamba_heads[l])) * L.mamba->n_groups;
     if (moe[l] >= 0 && value(moe[l]) == 0) L.moe.reset();
     if (L.moe) {
       if (experts[l] >= 0) L.moe->num_experts = int(value(experts[l]));
@@ -245,18 +246,21 @@ json SearchSpace::to_json() const {
 
 SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores, const EngineProfile* engine,
                         const SpaceOptions& o, const std::string& src) {
-  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"};
+  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"};
   static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k", "shared_ffn"};
-  bool any_moe_layer = false, any_shared = false;
-  for (const auto& layer : t.layers) any_moe_layer = any_moe_layer || layer.moe, any_shared = any_shared || (layer.moe && layer.moe->shared_ffn > 0);
+  bool any_moe_layer = false, any_shared = false, any_mamba = false;
+  for (const auto& layer : t.layers)
+    any_moe_layer = any_moe_layer || layer.moe, any_shared = any_shared || (layer.moe && layer.moe->shared_ffn > 0),
+    any_mamba = any_mamba || layer.mamba;
   for (const auto& a : o.axes) {
-    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads skip experts expert_ffn top_k shared_ffn)");
+    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn)");
+    if (a == "mamba_heads" && !any_mamba) throw InputError("--axes", a, "the teacher has no Mamba layer");
     if (has(moe_axes, a) && !any_moe_layer) throw InputError("--axes", a, "the teacher has no MoE layer");
     if (a == "shared_ffn" && !any_shared) throw InputError("--axes", a, "the teacher's MoE layers have no shared expert");
   }
   for (const auto& [a, v] : o.choices) {
-    if (!has({"hidden", "ffn", "attn_heads", "experts", "expert_ffn", "top_k", "shared_ffn"}, a))
-      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads experts expert_ffn top_k shared_ffn)");
+    if (!has({"hidden", "ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "top_k", "shared_ffn"}, a))
+      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads mamba_heads experts expert_ffn top_k shared_ffn)");
     if (v.empty()) throw InputError("--choices", a, "no values");
   }
   if (o.min_width <= 0 || o.min_width > 1) throw InputError("--min-width", fmt(o.min_width), "must be in (0, 1]");
@@ -270,8 +274,9 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.teacher = t;
   if (axes.empty()) {
     axes.push_back("hidden");
-    for (const char* a : {"ffn", "attn_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"}) {
+    for (const char* a : {"ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"}) {
       if (has(moe_axes, a) && !any_moe_layer) continue;
+      if (std::string(a) == "mamba_heads" && !any_mamba) continue;
       if (std::string(a) == "shared_ffn" && !any_shared) continue;
       if (served(a)) axes.push_back(a);
       else s.notes.push_back(std::string(a) + ": held, " + eng + " cannot serve per-layer " + a +
@@ -300,6 +305,7 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.attn.assign(L, -1);
   s.ffn.assign(L, -1);
   s.mamba.assign(L, -1);
+  s.mamba_heads.assign(L, -1);
   s.moe.assign(L, -1);
   s.experts.assign(L, -1);
   s.expert_ffn.assign(L, -1);
@@ -394,6 +400,29 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
       s.mamba[l] = int(s.decisions.size());
       s.decisions.push_back({"mamba", li, {0, 1}, {0}});
     }
+    if (layer.mamba && has(axes, "mamba_heads")) {
+      // Heads per group (B and C are per group, so every group keeps the same number of heads,
+      // its best ones, as prune does); the head dim is held.
+      const auto& m = *layer.mamba;
+      const int64_t G = m.n_groups, R = m.num_heads / G;
+      const std::vector<int64_t> want = given("mamba_heads", R, width_grid(R, 1, o.min_width, o.max_choices));
+      std::vector<int64_t> ok;
+      for (int64_t r : want) {
+        if (splits([&](model::ArchSpec& p) { p.layers[l].mamba->num_heads = int(r * G); })) ok.push_back(r);
+        else if (o.choices.count("mamba_heads"))
+          throw InputError("--choices", "mamba_heads=" + join(want),
+                           std::to_string(r) + " heads per group (" + std::to_string(r * G) + " heads) do not split over TP " + std::to_string(tp) + " in " + where);
+      }
+      if (ok.size() > 1) {
+        if (int64_t(sc.mamba_heads.size()) != m.num_heads)
+          throw InputError(src, where + ".mamba_heads", "has " + std::to_string(sc.mamba_heads.size()) + " scores for " + std::to_string(m.num_heads) + " heads");
+        Decision d{"mamba_heads", li, ok, {}};
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t r : ranks(sc.mamba_heads, g * R, R)) d.rank.push_back(r);
+        s.mamba_heads[l] = int(s.decisions.size());
+        s.decisions.push_back(std::move(d));
+      }
+    }
     if (layer.moe && skip) {
       s.moe[l] = int(s.decisions.size());
       s.decisions.push_back({"moe", li, {0, 1}, {0}});
@@ -461,9 +490,7 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
       }
     }
   }
-  bool any_mamba = false;
-  for (const auto& l : t.layers) any_mamba = any_mamba || l.mamba;
-  if (any_mamba) s.notes.push_back("mamba heads / head dim: held (the search removes whole Mamba sublayers only; per-layer Mamba heads are not served by vLLM's nemotron_h_puzzle)");
+  if (any_mamba) s.notes.push_back("mamba head dim: held (the search varies the Mamba heads per group where the engine serves them, not the head dim)");
   if (s.decisions.empty())
     throw InputError("--axes", axes.empty() ? "(default)" : axes[0], "leaves nothing to search for this teacher on " + eng);
   return s;
@@ -668,10 +695,12 @@ class SoftCostFn {
     for (size_t d = 0; d < s.decisions.size(); ++d) offset[d + 1] = offset[d] + int64_t(s.decisions[d].choices.size());
     if (s.hidden >= 0) hidden_offset_ = offset[size_t(s.hidden)];
     std::vector<double> heads(L, 1.0), ffn(L, 1.0), kv(L, 1.0), experts(L, 1.0), top_k(L, 1.0), expert_ffn(L, 1.0), shared(L, 0.0);
+    std::vector<double> m_heads(L, 1.0), m_groups(L, 1.0);
     for (size_t l = 0; l < L; ++l) {
       const auto& x = t.layers[l];
       if (x.attention) heads[l] = double(x.attention->num_heads), kv[l] = double(x.attention->num_kv_heads);
       if (x.mlp) ffn[l] = double(x.mlp->ffn_size);
+      if (x.mamba) m_heads[l] = double(x.mamba->num_heads), m_groups[l] = double(x.mamba->n_groups);
       if (x.moe)
         experts[l] = double(x.moe->num_experts), top_k[l] = double(x.moe->top_k), expert_ffn[l] = double(x.moe->expert_ffn),
         shared[l] = double(x.moe->shared_ffn);
@@ -721,12 +750,14 @@ class SoftCostFn {
     attn_ = group(s.attn, kv, heads);
     ffn_ = group(s.ffn, ones, ffn);
     mamba_ = group(s.mamba, ones, ones);
+    mamba_heads_ = group(s.mamba_heads, m_groups, m_heads);
     moe_ = group(s.moe, ones, ones);
     experts_ = group(s.experts, ones, experts);
     top_k_ = group(s.top_k, ones, top_k);
     expert_ffn_ = group(s.expert_ffn, ones, expert_ffn);
     shared_ffn_ = group(s.shared_ffn, ones, shared);
     base_heads_ = torch::tensor(heads, torch::kFloat64);
+    base_m_heads_ = torch::tensor(m_heads, torch::kFloat64);
     base_ffn_ = torch::tensor(ffn, torch::kFloat64);
     base_experts_ = torch::tensor(experts, torch::kFloat64);
     base_top_k_ = torch::tensor(top_k, torch::kFloat64);
@@ -753,6 +784,7 @@ class SoftCostFn {
     if (attn_.n) keep_and_width(attn_, base_heads_, d.attn_keep, d.heads);
     if (ffn_.n) keep_and_width(ffn_, base_ffn_, d.mlp_keep, d.ffn);
     if (mamba_.n) d.mamba_keep = ones_.index_copy(0, mamba_.layers, p.index_select(0, mamba_.second));
+    if (mamba_heads_.n) d.mamba_heads = base_m_heads_.index_copy(0, mamba_heads_.layers, expected(mamba_heads_));
     if (moe_.n) d.moe_keep = ones_.index_copy(0, moe_.layers, p.index_select(0, moe_.second));
     if (experts_.n || top_k_.n || expert_ffn_.n || shared_ffn_.n) {
       auto dim = [&](const Group& g, const torch::Tensor& base) { return g.n ? base.index_copy(0, g.layers, expected(g)) : base; };
@@ -779,8 +811,8 @@ class SoftCostFn {
   const SearchSpace& s_;
   DifferentiableCostModel model_;
   int64_t hidden_offset_ = 0;
-  Group attn_, ffn_, mamba_, moe_, experts_, top_k_, expert_ffn_, shared_ffn_;
-  torch::Tensor base_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, base_shared_ffn_, ones_;
+  Group attn_, ffn_, mamba_, mamba_heads_, moe_, experts_, top_k_, expert_ffn_, shared_ffn_;
+  torch::Tensor base_heads_, base_m_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, base_shared_ffn_, ones_;
   double reserved_ = 0, conc_ = 1;
 };
 
@@ -796,7 +828,7 @@ torch::Tensor proxy_tensor(const SearchSpace& s, const std::vector<torch::Tensor
     const auto& L = t.layers[l];
     if (L.attention) sum = sum + frac(s.attn[l], double(L.attention->num_heads / L.attention->num_kv_heads)), ++n;
     if (L.mlp) sum = sum + frac(s.ffn[l], double(L.mlp->ffn_size)), ++n;
-    if (L.mamba) sum = sum + frac(s.mamba[l], 1.0), ++n;
+    if (L.mamba) sum = sum + frac(s.mamba[l], 1.0) * frac(s.mamba_heads[l], double(L.mamba->num_heads / L.mamba->n_groups)), ++n;
     if (L.moe) {
       const auto& m = *L.moe;
       const torch::Tensor routed = frac(s.expert_ffn[l], double(m.expert_ffn)) *
@@ -821,6 +853,7 @@ class SearchMasks : public model::ActivationObserver {
   // them), each expert's FFN mask [E, expert_ffn].
   std::vector<torch::Tensor> expert_sets, expert_weights, slot_sets, slot_weights, expert_ffn;
   std::vector<torch::Tensor> shared;  // per MoE layer: this rank's shared-expert down-input mask
+  std::vector<torch::Tensor> mamba_y;  // per Mamba layer: this rank's mask of the SSM output, per channel
   void activation(int, model::ObservePoint, const at::Tensor&) override {}
   void expert(int, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) override {}
   void modify(int layer, model::ObservePoint p, at::Tensor& x) override {
@@ -835,6 +868,7 @@ class SearchMasks : public model::ActivationObserver {
       case P::AttnOProjInput: mul(heads[size_t(layer)]); break;
       case P::MlpDownInput: mul(ffn[size_t(layer)]); break;
       case P::SharedDownInput: mul(shared[size_t(layer)]); break;
+      case P::MambaY: mul(mamba_y[size_t(layer)]); break;
       default: break;
     }
   }
@@ -853,7 +887,7 @@ class SearchMasks : public model::ActivationObserver {
            int64_t tp_rank, int64_t tp_size, const torch::Device& dev) {
     const model::ArchSpec& t = space.teacher;
     const size_t L = t.layers.size();
-    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn, &shared})
+    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn, &shared, &mamba_y})
       v->assign(L, {});
     hidden = torch::Tensor();
     auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
@@ -869,6 +903,11 @@ class SearchMasks : public model::ActivationObserver {
         ffn[l] = unit_mask(space.ffn[l]).narrow(0, tp_rank * fl, fl);
       }
       if (space.mamba[l] >= 0) mixer[l] = y[size_t(space.mamba[l])][1].to(dev, torch::kFloat32);
+      if (space.mamba_heads[l] >= 0) {  // heads split over TP in contiguous blocks, as attention's
+        const auto& m = *t.layers[l].mamba;
+        const int64_t hl = m.num_heads / tp_size;
+        mamba_y[l] = unit_mask(space.mamba_heads[l]).narrow(0, tp_rank * hl, hl).repeat_interleave(m.head_dim);
+      }
       if (space.moe[l] >= 0) channel[l] = y[size_t(space.moe[l])][1].to(dev, torch::kFloat32);
       // The routing takes the choices' sets with their weights (an exact expectation: a soft
       // per-expert mask would stop routing to a fading expert and so lose its gradient).

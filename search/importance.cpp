@@ -372,6 +372,7 @@ class Collector : public model::ActivationObserver {
       case P::MambaX: add_mean_sq(l.mamba, l.mamba_off, act); break;
       case P::SharedDownInput: add_mean_sq(l.shared, l.shared_off, act); break;
       case P::MoeLatent: if (replicated_) add_mean_sq(l.latent, 0, act); break;
+      default: break;  // the search's modify-only points
     }
   }
 

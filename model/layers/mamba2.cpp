@@ -213,7 +213,9 @@ torch::Tensor Mamba2Impl::forward(const torch::Tensor& u, MambaCache* cache) {
   else
     ys = ssd_chunked_scan(x, dtf, A, Bm, Cm, D, spec_.chunk_size, init);
   if (cache) cache->ssm_state = ys.second.detach();
-  auto y = norm(ys.first.reshape({b, T, d_inner_}), z);
+  auto y = ys.first.reshape({b, T, d_inner_});
+  if (observe.observer) observe.observer->modify(observe.layer, ObservePoint::MambaY, y);
+  y = norm(y, z);
   return row_parallel(y.to(u.scalar_type()), out_proj->weight, out_proj->bias, tp_);
 }
 

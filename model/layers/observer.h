@@ -25,6 +25,7 @@ enum class ObservePoint {
   EmbedOut,         // [B, T, hidden]: the embedding lookup (layer -1), before the first layer
   MixerOut,         // [B, T, hidden]: the mixer's output before the residual add (replicated over TP)
   FfnOut,           // [B, T, hidden]: the MLP / MoE output before the residual add (replicated over TP)
+  MambaY,           // [B, T, local_heads * head_dim]: the SSM output (with the D skip) before the gated norm
 };
 
 class ActivationObserver {
@@ -37,7 +38,7 @@ class ActivationObserver {
   virtual void expert(int layer, int64_t expert, const at::Tensor& rows, const at::Tensor& down_input,
                       const at::Tensor& weighted_output) = 0;
   // May replace `act` (e.g. by act * mask) at AttnOProjInput, MlpDownInput, SharedDownInput,
-  // EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
+  // MambaY, EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
   // sees it). Called after activation() where both apply. The default leaves it alone.
   virtual void modify(int /*layer*/, ObservePoint /*point*/, at::Tensor& /*act*/) {}
   // The routing of one MoE forward (EP 1). The four tensors arrive undefined; the observer may

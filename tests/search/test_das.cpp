@@ -103,6 +103,26 @@ TEST(Das, SpaceFollowsTheEngine) {
   o.axes = {"attn_heads"};
   const auto t2 = search::build_space(spec, full_scores(spec, 3), &local, o);
   EXPECT_EQ(t2.decisions[size_t(t2.attn[0])].choices, (std::vector<int64_t>{1, 2}));
+  // Mamba heads per group: searched where the engine serves them (local-eager), held on vLLM
+  // (nemotron_h_puzzle has no per-layer Mamba heads) and said so; refused by name when asked
+  // for there, or on a teacher without Mamba layers.
+  const auto hyb = hybrid_spec();
+  o = search::SpaceOptions{};
+  const auto hl = search::build_space(hyb, full_scores(hyb, 3), &local, o);
+  const auto hv = search::build_space(hyb, full_scores(hyb, 3), &vllm, o);
+  for (size_t l = 0; l < hyb.layers.size(); ++l) {
+    EXPECT_EQ(hl.mamba_heads[l] >= 0, bool(hyb.layers[l].mamba)) << l;
+    if (hl.mamba_heads[l] >= 0) EXPECT_EQ(hl.decisions[size_t(hl.mamba_heads[l])].choices, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(hv.mamba_heads[l], -1) << l;
+  }
+  noted = false;
+  for (const auto& n : hv.notes) noted = noted || n.find("mamba_heads: held, vllm") != std::string::npos;
+  EXPECT_TRUE(noted);
+  o.axes = {"mamba_heads"};
+  EXPECT_NE(what([&] { search::build_space(hyb, full_scores(hyb, 3), &vllm, o); }).find("--axes: mamba_heads: the engine vllm cannot serve"),
+            std::string::npos);
+  EXPECT_NE(what([&] { search::build_space(spec, full_scores(spec, 3), &local, o); }).find("--axes: mamba_heads: the teacher has no Mamba layer"),
+            std::string::npos);
 }
 
 TEST(Das, SoftCostAtHardPicksIsTheExactCost) {
@@ -285,7 +305,7 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
 }
 
 // One-hot masks on the teacher compute exactly what the pruned student of that pick computes,
-// on every axis at once (hidden, attention heads, FFN, whole sublayers, experts kept, each
+// on every axis at once (hidden, attention heads, Mamba heads, FFN, whole sublayers, experts kept, each
 // expert's FFN, top-k, the shared expert's width), for the sigmoid-with-bias router (Nemotron-H, plain and latent MoE) and
 // the softmax router (Qwen3-MoE) with and without top-k renormalisation. This is what makes the
 // masked teacher the student: the KD loss the search sees at a hard sample is the student's.
@@ -323,9 +343,15 @@ TEST(Das, HardMasksComputeThePrunedStudent) {
         smaller_moe = smaller_moe ||
                       ((ax == "experts" || ax == "expert_ffn" || ax == "top_k" || ax == "shared_ffn") && pick[d] != space.decisions[d].teacher_choice());
       }
-      if (trial == 0) {  // the smallest pick keeps every MoE sublayer with the fewest of everything
+      if (trial == 0) {  // the smallest pick keeps every MoE and Mamba sublayer with the fewest of everything
         for (size_t l = 0; l < spec.layers.size(); ++l)
-          if (space.moe[l] >= 0) pick[size_t(space.moe[l])] = 1, onehot[size_t(space.moe[l])] = {0.0, 1.0};
+          for (int d : {space.moe[l], space.mamba[l]})
+            if (d >= 0) pick[size_t(d)] = 1, onehot[size_t(d)] = {0.0, 1.0};
+        bool fewer_mamba_heads = false;
+        for (size_t l = 0; l < spec.layers.size(); ++l)
+          fewer_mamba_heads = fewer_mamba_heads || (space.mamba_heads[l] >= 0 && space.decisions[size_t(space.mamba_heads[l])].choices[0] <
+                                                                                   space.decisions[size_t(space.mamba_heads[l])].choices.back());
+        EXPECT_EQ(fewer_mamba_heads, spec.name == "prune-hybrid") << spec.name;
       }
       EXPECT_TRUE(smaller_moe) << spec.name << " pick " << trial << " changes no MoE axis";
       const auto student_spec = space.spec(pick);
@@ -723,6 +749,55 @@ TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
   EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
   // The MoE decisions' gradients are partial sums over TP (experts split over the TP ranks):
   // 8 steps at TP 2 x DP equal the same steps on one rank.
+  auto few = o;
+  few.out = t.dir + "/few";
+  few.steps = 8;
+  few.micro_batch = 8 / world_size() * few.tp;
+  few.constraints.absolute.params = 0;
+  few.constraints.params_ratio = 0.8;
+  search::run_search(few, t.scores, MPI_COMM_WORLD);
+  on_rank_0_alone(few, t, [&](const search::DasOptions& single) {
+    const auto a = final_theta(few.out), b = final_theta(single.out);
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
+  });
+}
+
+TEST(DasSearch, RemovesDeadMambaHeads) {
+  // Mamba layers 0 and 2 (8 heads in 4 groups of 2, between two MLPs); in layer 0 the second
+  // head of every group carries nothing (its x channels are zero after the conv, so its SSM
+  // output is exactly 0; the pruned gated norm's sqrt(R / Rs) weights keep the others exact).
+  model::ArchSpec spec = hybrid_spec();
+  spec.name = "das-mamba-toy";
+  spec.layers = {spec.layers[0], spec.layers[3], spec.layers[0], spec.layers[3]};
+  const auto& m = *spec.layers[0].mamba;
+  const int64_t P = m.head_dim, DI = int64_t(m.num_heads) * P;
+  ToyRun t = make_run("das-mamba-dead", spec, [&](model::CausalLM& model) {
+    for (int64_t h = 1; h < m.num_heads; h += 2) {
+      param(model, "layers.0.mamba.in_proj.weight").narrow(0, DI + h * P, P).zero_();  // x rows
+      param(model, "layers.0.mamba.conv1d.weight").narrow(0, h * P, P).zero_();
+      param(model, "layers.0.mamba.conv1d.bias").narrow(0, h * P, P).zero_();
+    }
+  });
+  for (int64_t h = 1; h < m.num_heads; h += 2) t.scores.layers[0].mamba_heads[size_t(h)] = 0;
+  model::ArchSpec want = spec;
+  want.layers[0].mamba->num_heads = m.num_heads / 2;
+  auto o = toy_options(t, "out");
+  o.constraints.absolute.params = double(model::count_params(want).total());
+  o.space.axes = {"mamba_heads"};
+  o.tp = world_size() % 2 == 0 ? 2 : 1;
+  const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
+  ASSERT_EQ(r.space.decisions.size(), 2u);  // one per Mamba layer: 1 or 2 heads per group
+  // Layer 2's live heads cost the same parameters: only the KD term tells them apart.
+  EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
+              auto w = want;
+              w.name = r.student.name;
+              return w;
+            }()));
+  auto st = load_student(o.out + "/student");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
+  EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
+  // The heads' gradients are partial sums over TP: 8 steps at TP 2 x DP equal one rank.
   auto few = o;
   few.out = t.dir + "/few";
   few.steps = 8;
