@@ -136,10 +136,10 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "workload", po::value<std::string>()->value_name("ID|FILE"), "workload profile")(
           "configs-dir", po::value<std::string>()->value_name("DIR")->default_value(c.configs_dir), "where profile ids are looked up")(
           "axes", po::value<std::vector<std::string>>()->multitoken(),
-          "axes searched: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn (default: hidden and every per-layer axis "
+          "axes searched: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn latent (default: hidden and every per-layer axis "
           "the engine serves)")(
           "choices", po::value<std::vector<std::string>>()->multitoken(),
-          "explicit choices, AXIS=V1,V2,... (hidden, ffn, expert_ffn, shared_ffn: widths; attn_heads: heads per KV group; "
+          "explicit choices, AXIS=V1,V2,... (hidden, ffn, expert_ffn, shared_ffn, latent: widths; attn_heads: heads per KV group; "
           "mamba_heads: heads per group; experts, top_k: counts); repeatable")(
           "min-width", po::value<double>()->default_value(c.space.min_width), "smallest width of the default grids, as a fraction of the teacher's")(
           "max-choices", po::value<int>()->default_value(c.space.max_choices), "at most this many widths per decision (besides 0)")(

@@ -226,6 +226,7 @@ model::ArchSpec SearchSpace::spec(const std::vector<int>& pick) const {
       if (expert_ffn[l] >= 0) L.moe->expert_ffn = value(expert_ffn[l]);
       if (top_k[l] >= 0) L.moe->top_k = int(value(top_k[l]));
       if (shared_ffn[l] >= 0) L.moe->shared_ffn = value(shared_ffn[l]);
+      if (latent[l] >= 0) L.moe->latent_size = value(latent[l]);
     }
   }
   return s;
@@ -246,21 +247,22 @@ json SearchSpace::to_json() const {
 
 SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores, const EngineProfile* engine,
                         const SpaceOptions& o, const std::string& src) {
-  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"};
-  static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k", "shared_ffn"};
-  bool any_moe_layer = false, any_shared = false, any_mamba = false;
+  static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn", "latent"};
+  static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k", "shared_ffn", "latent"};
+  bool any_moe_layer = false, any_shared = false, any_mamba = false, any_latent = false;
   for (const auto& layer : t.layers)
     any_moe_layer = any_moe_layer || layer.moe, any_shared = any_shared || (layer.moe && layer.moe->shared_ffn > 0),
-    any_mamba = any_mamba || layer.mamba;
+    any_mamba = any_mamba || layer.mamba, any_latent = any_latent || (layer.moe && layer.moe->latent_size > 0);
   for (const auto& a : o.axes) {
-    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn)");
+    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn latent)");
+    if (a == "latent" && !any_latent) throw InputError("--axes", a, "the teacher's MoE layers have no latent projection");
     if (a == "mamba_heads" && !any_mamba) throw InputError("--axes", a, "the teacher has no Mamba layer");
     if (has(moe_axes, a) && !any_moe_layer) throw InputError("--axes", a, "the teacher has no MoE layer");
     if (a == "shared_ffn" && !any_shared) throw InputError("--axes", a, "the teacher's MoE layers have no shared expert");
   }
   for (const auto& [a, v] : o.choices) {
-    if (!has({"hidden", "ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "top_k", "shared_ffn"}, a))
-      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads mamba_heads experts expert_ffn top_k shared_ffn)");
+    if (!has({"hidden", "ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "top_k", "shared_ffn", "latent"}, a))
+      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads mamba_heads experts expert_ffn top_k shared_ffn latent)");
     if (v.empty()) throw InputError("--choices", a, "no values");
   }
   if (o.min_width <= 0 || o.min_width > 1) throw InputError("--min-width", fmt(o.min_width), "must be in (0, 1]");
@@ -274,7 +276,8 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.teacher = t;
   if (axes.empty()) {
     axes.push_back("hidden");
-    for (const char* a : {"ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn"}) {
+    for (const char* a : {"ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn", "latent"}) {
+      if (std::string(a) == "latent" && !any_latent) continue;
       if (has(moe_axes, a) && !any_moe_layer) continue;
       if (std::string(a) == "mamba_heads" && !any_mamba) continue;
       if (std::string(a) == "shared_ffn" && !any_shared) continue;
@@ -311,6 +314,7 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.expert_ffn.assign(L, -1);
   s.top_k.assign(L, -1);
   s.shared_ffn.assign(L, -1);
+  s.latent.assign(L, -1);
   // A choice is valid when the teacher with only that change splits over TP.
   auto splits = [&](const std::function<void(model::ArchSpec&)>& edit) {
     model::ArchSpec probe = t;
@@ -487,6 +491,13 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
         if (o.unit_ranks) rank = ranks(sized(sc.moe_shared_neurons, size_t(m.shared_ffn), "moe_shared_neurons"), 0, m.shared_ffn);
         moe_axis("shared_ffn", m.shared_ffn, minitron_divisor(128, m.shared_ffn), 1,
                  [](model::MoeSpec& x, int64_t v) { x.shared_ffn = v; }, std::move(rank), s.shared_ffn);
+      }
+      if (m.latent_size > 0 && has(axes, "latent")) {
+        // The latent channels the routed experts read (fc1_latent_proj's rows) and write
+        // (fc2_latent_proj's columns), the best kept, as prune does.
+        moe_axis("latent", m.latent_size, minitron_divisor(128, m.latent_size), 1,
+                 [](model::MoeSpec& x, int64_t v) { x.latent_size = v; },
+                 ranks(sized(sc.moe_latent, size_t(m.latent_size), "moe_latent"), 0, m.latent_size), s.latent);
       }
     }
   }
@@ -695,7 +706,7 @@ class SoftCostFn {
     for (size_t d = 0; d < s.decisions.size(); ++d) offset[d + 1] = offset[d] + int64_t(s.decisions[d].choices.size());
     if (s.hidden >= 0) hidden_offset_ = offset[size_t(s.hidden)];
     std::vector<double> heads(L, 1.0), ffn(L, 1.0), kv(L, 1.0), experts(L, 1.0), top_k(L, 1.0), expert_ffn(L, 1.0), shared(L, 0.0);
-    std::vector<double> m_heads(L, 1.0), m_groups(L, 1.0);
+    std::vector<double> m_heads(L, 1.0), m_groups(L, 1.0), latent(L, 0.0);
     for (size_t l = 0; l < L; ++l) {
       const auto& x = t.layers[l];
       if (x.attention) heads[l] = double(x.attention->num_heads), kv[l] = double(x.attention->num_kv_heads);
@@ -703,7 +714,7 @@ class SoftCostFn {
       if (x.mamba) m_heads[l] = double(x.mamba->num_heads), m_groups[l] = double(x.mamba->n_groups);
       if (x.moe)
         experts[l] = double(x.moe->num_experts), top_k[l] = double(x.moe->top_k), expert_ffn[l] = double(x.moe->expert_ffn),
-        shared[l] = double(x.moe->shared_ffn);
+        shared[l] = double(x.moe->shared_ffn), latent[l] = double(x.moe->latent_size);
     }
     auto group = [&](const std::vector<int>& per_layer, const std::vector<double>& scale, const std::vector<double>& base) {
       Group g;
@@ -756,6 +767,7 @@ class SoftCostFn {
     top_k_ = group(s.top_k, ones, top_k);
     expert_ffn_ = group(s.expert_ffn, ones, expert_ffn);
     shared_ffn_ = group(s.shared_ffn, ones, shared);
+    latent_ = group(s.latent, ones, latent);
     base_heads_ = torch::tensor(heads, torch::kFloat64);
     base_m_heads_ = torch::tensor(m_heads, torch::kFloat64);
     base_ffn_ = torch::tensor(ffn, torch::kFloat64);
@@ -763,6 +775,7 @@ class SoftCostFn {
     base_top_k_ = torch::tensor(top_k, torch::kFloat64);
     base_expert_ffn_ = torch::tensor(expert_ffn, torch::kFloat64);
     base_shared_ffn_ = torch::tensor(shared, torch::kFloat64);
+    base_latent_ = torch::tensor(latent, torch::kFloat64);
     ones_ = torch::ones({int64_t(L)}, torch::kFloat64);
     reserved_ = target.engine.cuda_graph_bytes + target.engine.non_torch_bytes;
     conc_ = double(std::max<int64_t>(1, target.workload.concurrency));
@@ -786,10 +799,11 @@ class SoftCostFn {
     if (mamba_.n) d.mamba_keep = ones_.index_copy(0, mamba_.layers, p.index_select(0, mamba_.second));
     if (mamba_heads_.n) d.mamba_heads = base_m_heads_.index_copy(0, mamba_heads_.layers, expected(mamba_heads_));
     if (moe_.n) d.moe_keep = ones_.index_copy(0, moe_.layers, p.index_select(0, moe_.second));
-    if (experts_.n || top_k_.n || expert_ffn_.n || shared_ffn_.n) {
+    if (experts_.n || top_k_.n || expert_ffn_.n || shared_ffn_.n || latent_.n) {
       auto dim = [&](const Group& g, const torch::Tensor& base) { return g.n ? base.index_copy(0, g.layers, expected(g)) : base; };
       d.experts = dim(experts_, base_experts_), d.top_k = dim(top_k_, base_top_k_), d.expert_ffn = dim(expert_ffn_, base_expert_ffn_);
       d.shared_ffn = dim(shared_ffn_, base_shared_ffn_);
+      if (latent_.n) d.latent = dim(latent_, base_latent_);
     }
     const SoftCost c = model_(d);  // [widths] each
     const torch::Tensor w = s_.hidden >= 0 ? p.narrow(0, hidden_offset_, model_.num_widths()) : torch::ones({1}, torch::kFloat64);
@@ -811,8 +825,8 @@ class SoftCostFn {
   const SearchSpace& s_;
   DifferentiableCostModel model_;
   int64_t hidden_offset_ = 0;
-  Group attn_, ffn_, mamba_, mamba_heads_, moe_, experts_, top_k_, expert_ffn_, shared_ffn_;
-  torch::Tensor base_heads_, base_m_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, base_shared_ffn_, ones_;
+  Group attn_, ffn_, mamba_, mamba_heads_, moe_, experts_, top_k_, expert_ffn_, shared_ffn_, latent_;
+  torch::Tensor base_heads_, base_m_heads_, base_ffn_, base_experts_, base_top_k_, base_expert_ffn_, base_shared_ffn_, base_latent_, ones_;
   double reserved_ = 0, conc_ = 1;
 };
 
@@ -832,6 +846,7 @@ torch::Tensor proxy_tensor(const SearchSpace& s, const std::vector<torch::Tensor
     if (L.moe) {
       const auto& m = *L.moe;
       const torch::Tensor routed = frac(s.expert_ffn[l], double(m.expert_ffn)) *
+                                   (m.latent_size > 0 ? frac(s.latent[l], double(m.latent_size)) : torch::ones({}, torch::kFloat64)) *
                                    (w * frac(s.experts[l], double(m.num_experts)) + (1.0 - w) * frac(s.top_k[l], double(m.top_k)));
       // The shared expert's share of the layer's active FFN width in the teacher.
       const double sh = double(m.shared_ffn) / double(m.shared_ffn + int64_t(m.top_k) * m.expert_ffn);
@@ -854,6 +869,7 @@ class SearchMasks : public model::ActivationObserver {
   std::vector<torch::Tensor> expert_sets, expert_weights, slot_sets, slot_weights, expert_ffn;
   std::vector<torch::Tensor> shared;  // per MoE layer: this rank's shared-expert down-input mask
   std::vector<torch::Tensor> mamba_y;  // per Mamba layer: this rank's mask of the SSM output, per channel
+  std::vector<torch::Tensor> latent;   // per latent MoE layer: the latent channels' mask (in and out)
   void activation(int, model::ObservePoint, const at::Tensor&) override {}
   void expert(int, int64_t, const at::Tensor&, const at::Tensor&, const at::Tensor&) override {}
   void modify(int layer, model::ObservePoint p, at::Tensor& x) override {
@@ -869,6 +885,8 @@ class SearchMasks : public model::ActivationObserver {
       case P::MlpDownInput: mul(ffn[size_t(layer)]); break;
       case P::SharedDownInput: mul(shared[size_t(layer)]); break;
       case P::MambaY: mul(mamba_y[size_t(layer)]); break;
+      case P::MoeLatent:
+      case P::MoeLatentOut: mul(latent[size_t(layer)]); break;
       default: break;
     }
   }
@@ -887,7 +905,7 @@ class SearchMasks : public model::ActivationObserver {
            int64_t tp_rank, int64_t tp_size, const torch::Device& dev) {
     const model::ArchSpec& t = space.teacher;
     const size_t L = t.layers.size();
-    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn, &shared, &mamba_y})
+    for (auto* v : {&heads, &ffn, &mixer, &channel, &expert_sets, &expert_weights, &slot_sets, &slot_weights, &expert_ffn, &shared, &mamba_y, &latent})
       v->assign(L, {});
     hidden = torch::Tensor();
     auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
@@ -921,6 +939,9 @@ class SearchMasks : public model::ActivationObserver {
       }
       // Routed experts are whole on the rank that holds them: global expert ids index the masks.
       if (space.expert_ffn[l] >= 0) expert_ffn[l] = unit_mask(space.expert_ffn[l]).view({t.layers[l].moe->num_experts, -1});
+      // The latent space is whole on every rank (the experts' partial sums are masked before
+      // fc2_latent_proj).
+      if (space.latent[l] >= 0) latent[l] = unit_mask(space.latent[l]);
       // The shared expert is split over TP like a dense MLP.
       if (space.shared_ffn[l] >= 0) {
         const int64_t fl = t.layers[l].moe->shared_ffn / tp_size;

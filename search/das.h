@@ -4,7 +4,8 @@
 // Architecture logits per decision (one global hidden width; per layer the MLP width, the
 // attention heads per KV group, the Mamba heads per group, whether a Mamba / MoE sublayer stays,
 // and per MoE layer the
-// routed experts kept, each expert's FFN width, top-k and the shared expert's width) are sampled with
+// routed experts kept, each expert's FFN width, top-k, the shared expert's width and the latent
+// width) are sampled with
 // Gumbel-softmax at an annealed temperature; each decision's soft mask is the expected prefix
 // mask over the teacher's importance-ranked units, applied to the frozen teacher through the
 // model's observer hooks, so the masked teacher is the student. The objective is the KD loss
@@ -80,33 +81,33 @@ double violation(const Budget& b, double x);
 // One categorical decision. Choices are ascending; the mask of choice c keeps the units whose
 // rank is below choices[c].
 struct Decision {
-  std::string axis;   // hidden | ffn | attn_heads | mamba | mamba_heads | moe | experts | expert_ffn | top_k | shared_ffn
+  std::string axis;   // hidden | ffn | attn_heads | mamba | mamba_heads | moe | experts | expert_ffn | top_k | shared_ffn | latent
   int layer = -1;     // -1: global (hidden)
   std::vector<int64_t> choices;  // hidden, ffn: widths (ffn 0 = the MLP removed); attn_heads: heads
                                  // per KV group (0 = attention removed); mamba, moe: 0 (removed) or 1;
                                  // mamba_heads: Mamba heads per group (n_groups);
                                  // experts: routed experts kept; expert_ffn: each expert's FFN width;
                                  // top_k: routed experts per token; shared_ffn: the shared expert's
-                                 // FFN width
+                                 // FFN width; latent: a latent MoE's latent width
   std::vector<int64_t> rank;     // per unit its importance rank (0 = most important; heads: within
                                  // their KV group, Mamba heads within their group); one unit for
                                  // mamba / moe; experts: per expert;
                                  // expert_ffn: per neuron of every expert, [num_experts * expert_ffn]
                                  // ranks within the expert (what prune keeps; empty without
                                  // SpaceOptions::unit_ranks); top_k: the routing slots 0..k-1;
-                                 // shared_ffn: per shared-expert neuron
+                                 // shared_ffn: per shared-expert neuron; latent: per latent channel
   int teacher_choice() const { return int(choices.size()) - 1; }
   // The gradient of its logits is a partial sum over TP: its units are split over the TP ranks
   // (FFN and shared-expert neurons, attention and Mamba heads; routed experts, so also the
-  // routing slots of their tokens).
+  // routing slots of their tokens and the latent channels they read and write).
   bool sharded() const {
     return axis == "ffn" || axis == "attn_heads" || axis == "mamba_heads" || axis == "experts" || axis == "expert_ffn" ||
-           axis == "top_k" || axis == "shared_ffn";
+           axis == "top_k" || axis == "shared_ffn" || axis == "latent";
   }
 };
 
 struct SpaceOptions {
-  // Axes searched: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn (empty: every one the
+  // Axes searched: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn latent (empty: every one the
   // engine serves). "skip" adds the choice 0 (sublayer removed) to per-layer decisions and the
   // mamba / moe keep decisions. Experts and top-k are not searched under grouped routing.
   std::vector<std::string> axes;
@@ -126,7 +127,7 @@ struct SearchSpace {
   std::vector<Decision> decisions;
   int hidden = -1;                                 // index of the hidden decision (-1: held)
   std::vector<int> attn, ffn, mamba, mamba_heads, moe;  // per layer: its decision (-1: none / held)
-  std::vector<int> experts, expert_ffn, top_k, shared_ffn;  // per MoE layer: its decision (-1: held)
+  std::vector<int> experts, expert_ffn, top_k, shared_ffn, latent;  // per MoE layer: its decision (-1: held)
   std::vector<std::string> notes;                  // what is held and why
   // The student of one pick (a choice index per decision).
   model::ArchSpec spec(const std::vector<int>& pick) const;
@@ -153,7 +154,8 @@ std::vector<double> expected_cost(const SearchSpace& space, const CostTarget& ta
 // fraction kept. Attention: heads kept / heads (0 removed); MLP: width / width; Mamba: kept or
 // not; MoE: kept x ((1 - s) x routed + s x shared-FFN fraction), routed = expert-FFN fraction x
 // (w x experts fraction + (1 - w) x top-k fraction), with w = `experts_weight` (the experts count
-// sets what the layer knows, top-k what each token uses) and s the shared expert's share of the
+// sets what the layer knows, top-k what each token uses; times the latent fraction in a latent
+// MoE) and s the shared expert's share of the
 // teacher layer's active FFN width (shared / (shared + top-k x expert FFN); 0 without one).
 // Each factor is linear in one decision's probabilities, so this is the exact expectation.
 double quality_proxy(const SearchSpace& space, const std::vector<std::vector<double>>& probs, double experts_weight);

@@ -227,7 +227,10 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   auto x = (tp_.size() > 1 ? dist::copy_to_tp(x0, *tp_.comm) : x0).reshape({-1, hidden_});
   auto [idx, w] = route(x);
   auto h = fc1_latent_proj ? apply_linear(x, fc1_latent_proj->weight) : x;
-  if (observe.observer && fc1_latent_proj) observe.observer->activation(observe.layer, ObservePoint::MoeLatent, h);
+  if (observe.observer && fc1_latent_proj) {
+    observe.observer->activation(observe.layer, ObservePoint::MoeLatent, h);
+    observe.observer->modify(observe.layer, ObservePoint::MoeLatent, h);
+  }
   bool ran_local = false;
   torch::Tensor acc;
   if (observe.observer && (ep_.size() > 1 || (ep_.expert_tp && tp_.size() > 1)))
@@ -268,7 +271,10 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   if (tp_.size() > 1 && (x.requires_grad() || w.requires_grad()) && !ran_local)
     acc = acc + (h.sum() + w.sum()).to(torch::kFloat32) * 0.0;
   auto y = acc.to(x.scalar_type());
-  if (fc2_latent_proj) y = apply_linear(y, fc2_latent_proj->weight);
+  if (fc2_latent_proj) {
+    if (observe.observer) observe.observer->modify(observe.layer, ObservePoint::MoeLatentOut, y);
+    y = apply_linear(y, fc2_latent_proj->weight);
+  }
   // The shared expert's column-parallel input does its own copy_to_tp: give it x0.
   if (shared_experts) y = y + shared_experts->forward_partial(x0.reshape({-1, hidden_}));
   if (tp_.size() > 1) y = dist::reduce_from_tp(y, *tp_.comm);

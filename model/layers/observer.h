@@ -26,6 +26,7 @@ enum class ObservePoint {
   MixerOut,         // [B, T, hidden]: the mixer's output before the residual add (replicated over TP)
   FfnOut,           // [B, T, hidden]: the MLP / MoE output before the residual add (replicated over TP)
   MambaY,           // [B, T, local_heads * head_dim]: the SSM output (with the D skip) before the gated norm
+  MoeLatentOut,     // [rows, latent]: the routed experts' weighted sum before fc2_latent_proj (this rank's part)
 };
 
 class ActivationObserver {
@@ -38,7 +39,7 @@ class ActivationObserver {
   virtual void expert(int layer, int64_t expert, const at::Tensor& rows, const at::Tensor& down_input,
                       const at::Tensor& weighted_output) = 0;
   // May replace `act` (e.g. by act * mask) at AttnOProjInput, MlpDownInput, SharedDownInput,
-  // MambaY, EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
+  // MambaY, MoeLatent, MoeLatentOut, EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
   // sees it). Called after activation() where both apply. The default leaves it alone.
   virtual void modify(int /*layer*/, ObservePoint /*point*/, at::Tensor& /*act*/) {}
   // The routing of one MoE forward (EP 1). The four tensors arrive undefined; the observer may

@@ -22,6 +22,7 @@ struct SoftDims {
   torch::Tensor mamba_keep, mamba_heads, mamba_head_dim;
   torch::Tensor mlp_keep, ffn;
   torch::Tensor moe_keep, experts, top_k, expert_ffn, shared_ffn;  // shared_ffn: where the base has a shared expert
+  torch::Tensor latent;  // where the base has a latent MoE (its routed experts then work at this width)
 };
 
 // 0-dim tensors, except the two per-layer breakdowns ([num_layers]). Of a model over several

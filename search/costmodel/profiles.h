@@ -93,9 +93,9 @@ struct HardwareProfile {
 // How a serving engine sizes memory and batches work.
 // Per-layer axes an engine profile may list: a dense MLP's width, attention heads per KV
 // group, Mamba heads, routed experts, expert and shared-expert widths, routed experts per token
-// (top_k), and "skip" (a no-op sublayer: attention, Mamba, MLP or MoE removed from one layer).
+// (top_k), the latent width of a latent MoE, and "skip" (a no-op sublayer: attention, Mamba, MLP or MoE removed from one layer).
 inline const std::vector<std::string>& engine_per_layer_axes() {
-  static const std::vector<std::string> axes = {"ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "shared_ffn", "top_k", "skip"};
+  static const std::vector<std::string> axes = {"ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "shared_ffn", "top_k", "latent", "skip"};
   return axes;
 }
 

@@ -230,7 +230,7 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
   int moe_layers = 0;
   for (size_t l = 0; l < spec.layers.size(); ++l) {
     if (!spec.layers[l].moe) {
-      EXPECT_EQ(s.experts[l] + s.expert_ffn[l] + s.top_k[l] + s.shared_ffn[l], -4);
+      EXPECT_EQ(s.experts[l] + s.expert_ffn[l] + s.top_k[l] + s.shared_ffn[l] + s.latent[l], -5);
       continue;
     }
     ++moe_layers;
@@ -249,6 +249,13 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
     EXPECT_GT(sh.choices.front(), 0);  // the shared expert stays (a narrower one)
     EXPECT_EQ(int64_t(sh.rank.size()), m.shared_ffn);
     EXPECT_TRUE(sh.sharded());
+    // The latent width where the layer has one (nemotron_h_puzzle writes moe_latent_size per block).
+    ASSERT_EQ(s.latent[l] >= 0, m.latent_size > 0) << l;
+    if (m.latent_size > 0) {
+      const auto& la = s.decisions[size_t(s.latent[l])];
+      EXPECT_EQ(la.choices.back(), m.latent_size);
+      EXPECT_EQ(int64_t(la.rank.size()), m.latent_size);
+    }
   }
   // Cost only ranks nothing per expert neuron.
   o.unit_ranks = false;
@@ -271,6 +278,15 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
   o.axes.clear();
   const auto ns = search::build_space(no_shared, full_scores(no_shared, 3), &vllm, o);
   for (int d : ns.shared_ffn) EXPECT_EQ(d, -1);
+  // Likewise the latent width without a latent MoE.
+  model::ArchSpec no_latent = spec;
+  for (auto& l : no_latent.layers)
+    if (l.moe) l.moe->latent_size = 0;
+  o.axes = {"latent"};
+  EXPECT_NE(what([&] { search::build_space(no_latent, full_scores(no_latent, 3), &vllm, o); })
+                .find("--axes: latent: the teacher's MoE layers have no latent projection"),
+            std::string::npos);
+  o.axes.clear();
   ASSERT_GT(moe_layers, 0);
   // The proxy: 1 at the teacher, exact expectation (the mean over picks drawn from a product
   // distribution converges to it), lower for any smaller pick.
@@ -306,7 +322,7 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
 
 // One-hot masks on the teacher compute exactly what the pruned student of that pick computes,
 // on every axis at once (hidden, attention heads, Mamba heads, FFN, whole sublayers, experts kept, each
-// expert's FFN, top-k, the shared expert's width), for the sigmoid-with-bias router (Nemotron-H, plain and latent MoE) and
+// expert's FFN, top-k, the shared expert's width, the latent width), for the sigmoid-with-bias router (Nemotron-H, plain and latent MoE) and
 // the softmax router (Qwen3-MoE) with and without top-k renormalisation. This is what makes the
 // masked teacher the student: the KD loss the search sees at a hard sample is the student's.
 TEST(Das, HardMasksComputeThePrunedStudent) {
@@ -341,7 +357,8 @@ TEST(Das, HardMasksComputeThePrunedStudent) {
         onehot.back()[size_t(pick[d])] = 1.0;
         const auto& ax = space.decisions[d].axis;
         smaller_moe = smaller_moe ||
-                      ((ax == "experts" || ax == "expert_ffn" || ax == "top_k" || ax == "shared_ffn") && pick[d] != space.decisions[d].teacher_choice());
+                      ((ax == "experts" || ax == "expert_ffn" || ax == "top_k" || ax == "shared_ffn" || ax == "latent") &&
+                       pick[d] != space.decisions[d].teacher_choice());
       }
       if (trial == 0) {  // the smallest pick keeps every MoE and Mamba sublayer with the fewest of everything
         for (size_t l = 0; l < spec.layers.size(); ++l)
@@ -798,6 +815,52 @@ TEST(DasSearch, RemovesDeadMambaHeads) {
   const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
   EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
   // The heads' gradients are partial sums over TP: 8 steps at TP 2 x DP equal one rank.
+  auto few = o;
+  few.out = t.dir + "/few";
+  few.steps = 8;
+  few.micro_batch = 8 / world_size() * few.tp;
+  few.constraints.absolute.params = 0;
+  few.constraints.params_ratio = 0.8;
+  search::run_search(few, t.scores, MPI_COMM_WORLD);
+  on_rank_0_alone(few, t, [&](const search::DasOptions& single) {
+    const auto a = final_theta(few.out), b = final_theta(single.out);
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
+  });
+}
+
+TEST(DasSearch, RemovesDeadLatentChannels) {
+  // Attention, latent MoE, attention, latent MoE (latent 32, 8 experts, top-2); in layer 1 the
+  // latent channels 24..31 carry nothing (fc1_latent_proj's rows and fc2_latent_proj's columns
+  // zero). Under a parameter budget equal to the teacher without them the search removes those,
+  // not layer 3's equally priced live ones.
+  model::ArchSpec spec = hybrid_spec();
+  spec.name = "das-latent-toy";
+  spec.layers = {spec.layers[2], spec.layers[4], spec.layers[2], spec.layers[4]};
+  ToyRun t = make_run("das-latent-dead", spec, [&](model::CausalLM& m) {
+    param(m, "layers.1.moe.fc1_latent_proj.weight").narrow(0, 24, 8).zero_();
+    param(m, "layers.1.moe.fc2_latent_proj.weight").narrow(1, 24, 8).zero_();
+  });
+  for (int j = 24; j < 32; ++j) t.scores.layers[1].moe_latent[size_t(j)] = 0;
+  model::ArchSpec want = spec;
+  want.layers[1].moe->latent_size = 24;
+  auto o = toy_options(t, "out");
+  o.constraints.absolute.params = double(model::count_params(want).total());
+  o.space.axes = {"latent"};
+  o.space.choices = {{"latent", {16, 24}}};
+  o.tp = world_size() % 2 == 0 ? 2 : 1;
+  const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
+  ASSERT_EQ(r.space.decisions.size(), 2u);
+  EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
+              auto w = want;
+              w.name = r.student.name;
+              return w;
+            }()));
+  auto st = load_student(o.out + "/student");
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
+  EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
+  // The latent channels' gradients are partial sums over TP (the experts that read and write
+  // them are split over the ranks): 8 steps at TP 2 x DP equal one rank.
   auto few = o;
   few.out = t.dir + "/few";
   few.steps = 8;
