@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmark of issue 15: a search step against a plain KD forward + backward of the
 # teacher-sized model at the same batch and layout, in the same run (alternated, medians).
-#   bench/bench_search.sh TEACHER_CKPT IMPORTANCE DATA [STEPS] [SEQ] [MICRO_BATCH]
+#   [AC_BENCH_TARGET='--target-params-ratio 0.6'] bench/bench_search.sh TEACHER_CKPT IMPORTANCE DATA [STEPS] [SEQ] [MICRO_BATCH]
 # The baseline is `autocompress distill` with the teacher's own architecture as the student,
 # started from the teacher (KD forward of both + backward into every weight + ZeRO-1 AdamW
 # update); the search step is the teacher forward, the masked forward, the backward into the
@@ -11,6 +11,8 @@
 set -euo pipefail
 BIN=${AC_BIN:-build/autocompress}
 TEACHER=$1 IMP=$2 DATA=$3 STEPS=${4:-6} SEQ=${5:-64} MB=${6:-2}
+# The search's budget (AC_BENCH_TARGET; a tiny teacher cannot reach 0.6 of its TPOT on h100).
+read -r -a TARGET <<<"${AC_BENCH_TARGET:---target-tpot-ms-ratio 0.6}"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 "$BIN" checkpoint inspect "$TEACHER" --json | python3 -c "import json,sys; json.dump(json.load(sys.stdin)['attributes']['arch_spec'], open('$T/arch.json','w'))"
@@ -28,7 +30,7 @@ for rep in 1 2; do
     --seq-len "$SEQ" --micro-batch "$MB" --steps "$STEPS" --log-interval 1 --eval-interval 0 --save-interval 0 \
     --warmup 1 --out "$T/kd" >"$T/kd.log" 2>&1 || { cat "$T/kd.log"; exit 1; }
   "$BIN" search --teacher "$TEACHER" --importance "$IMP" --data "$DATA" --hardware h100 --engine vllm \
-    --workload batched-serving --target-tpot-ms-ratio 0.6 --seq-len "$SEQ" --micro-batch "$MB" --steps "$STEPS" \
+    --workload batched-serving "${TARGET[@]}" --seq-len "$SEQ" --micro-batch "$MB" --steps "$STEPS" \
     --log-interval 1 --save-interval 0 --candidates 1 --out "$T/se" >"$T/se.log" 2>&1 || { cat "$T/se.log"; exit 1; }
   read -r a _ < <(med "$T/kd/metrics.jsonl")
   read -r b c < <(med "$T/se/metrics.jsonl")
