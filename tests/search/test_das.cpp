@@ -266,27 +266,25 @@ TEST(Das, MoeAxesPerLayerAndTheProxyIsExact) {
   o.axes = {"experts"};
   EXPECT_NE(what([&] { search::build_space(toy_spec(), full_scores(toy_spec(), 3), &vllm, o); }).find("--axes: experts: the teacher has no MoE layer"),
             std::string::npos);
-  // The shared width on MoE layers without a shared expert: refused by name; by default simply
-  // not an axis.
-  model::ArchSpec no_shared = spec;
-  for (auto& l : no_shared.layers)
-    if (l.moe) l.moe->shared_ffn = 0;
-  o.axes = {"shared_ffn"};
-  EXPECT_NE(what([&] { search::build_space(no_shared, full_scores(no_shared, 3), &vllm, o); })
-                .find("--axes: shared_ffn: the teacher's MoE layers have no shared expert"),
-            std::string::npos);
-  o.axes.clear();
-  const auto ns = search::build_space(no_shared, full_scores(no_shared, 3), &vllm, o);
-  for (int d : ns.shared_ffn) EXPECT_EQ(d, -1);
-  // Likewise the latent width without a latent MoE.
-  model::ArchSpec no_latent = spec;
-  for (auto& l : no_latent.layers)
-    if (l.moe) l.moe->latent_size = 0;
-  o.axes = {"latent"};
-  EXPECT_NE(what([&] { search::build_space(no_latent, full_scores(no_latent, 3), &vllm, o); })
-                .find("--axes: latent: the teacher's MoE layers have no latent projection"),
-            std::string::npos);
-  o.axes.clear();
+  // The shared and latent widths on MoE layers without a shared expert / latent projection:
+  // refused by name; by default simply not an axis.
+  struct Absent {
+    int64_t model::MoeSpec::*field;
+    std::string axis, message;
+    std::vector<int> search::SearchSpace::*decisions;
+  };
+  for (const Absent& x : {Absent{&model::MoeSpec::shared_ffn, "shared_ffn", "the teacher's MoE layers have no shared expert", &search::SearchSpace::shared_ffn},
+                          Absent{&model::MoeSpec::latent_size, "latent", "the teacher's MoE layers have no latent projection", &search::SearchSpace::latent}}) {
+    model::ArchSpec without = spec;
+    for (auto& l : without.layers)
+      if (l.moe) (*l.moe).*x.field = 0;
+    o.axes = {x.axis};
+    EXPECT_NE(what([&] { search::build_space(without, full_scores(without, 3), &vllm, o); }).find("--axes: " + x.axis + ": " + x.message),
+              std::string::npos);
+    o.axes.clear();
+    const auto sp = search::build_space(without, full_scores(without, 3), &vllm, o);
+    for (int d : sp.*x.decisions) EXPECT_EQ(d, -1) << x.axis;
+  }
   ASSERT_GT(moe_layers, 0);
   // The proxy: 1 at the teacher, exact expectation (the mean over picks drawn from a product
   // distribution converges to it), lower for any smaller pick.
@@ -737,24 +735,17 @@ TEST(DasSearch, JointWeightsResumeBitwiseAndTheStudentIsCutFromThem) {
   });
 }
 
-TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
-  ToyRun t = make_moe_toy("das-moe-dead");
-  const auto spec = moe_toy_spec();
-  model::ArchSpec want = spec;
-  want.layers[1].moe->num_experts = want.layers[3].moe->num_experts = 6;
-  want.layers[1].moe->expert_ffn = 24;
-  want.layers[3].moe->shared_ffn = 48;
-  auto o = toy_options(t, "out");
+namespace {
+
+// Runs `o` (a search with a parameter budget equal to `want`'s, on a toy whose dead units `want`
+// lacks) and checks that it finds exactly `want`, that the pruned student computes the teacher's
+// logits, and that the same axes' gradients are exact partial sums over TP: 8 steps at TP 2 x DP
+// end where the same steps on one rank do.
+void expect_finds(ToyRun& t, const model::ArchSpec& want, search::DasOptions o) {
   o.constraints.absolute.params = double(model::count_params(want).total());
-  o.space.axes = {"experts", "expert_ffn", "shared_ffn"};
-  o.space.choices = {{"experts", {4, 6}}, {"expert_ffn", {16, 24}}, {"shared_ffn", {32, 48}}};
   o.tp = world_size() % 2 == 0 ? 2 : 1;
-  o.steps = 80;
   const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
   EXPECT_LE(r.repaired.cost.params, o.constraints.absolute.params);
-  // The same params are reachable by cutting layer 3's live expert neurons instead of layer 1's
-  // dead ones, or layer 1's live shared neurons instead of layer 3's dead ones: only the KD term
-  // tells them apart.
   EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
               auto w = want;
               w.name = r.student.name;
@@ -762,10 +753,8 @@ TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
             }()));
   auto st = load_student(o.out + "/student");
   auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
+  const auto ids = torch::randint(0, want.vocab_size, {2, 13}, gen);
   EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
-  // The MoE decisions' gradients are partial sums over TP (experts split over the TP ranks):
-  // 8 steps at TP 2 x DP equal the same steps on one rank.
   auto few = o;
   few.out = t.dir + "/few";
   few.steps = 8;
@@ -777,6 +766,25 @@ TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
     const auto a = final_theta(few.out), b = final_theta(single.out);
     EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
   });
+}
+
+}  // namespace
+
+TEST(DasSearch, RemovesDeadExpertsAndExpertNeurons) {
+  // The same params are reachable by cutting layer 3's live expert neurons instead of layer 1's
+  // dead ones, or layer 1's live shared neurons instead of layer 3's dead ones: only the KD term
+  // tells them apart. The MoE decisions' gradients are partial sums over TP (experts split over
+  // the TP ranks).
+  ToyRun t = make_moe_toy("das-moe-dead");
+  model::ArchSpec want = moe_toy_spec();
+  want.layers[1].moe->num_experts = want.layers[3].moe->num_experts = 6;
+  want.layers[1].moe->expert_ffn = 24;
+  want.layers[3].moe->shared_ffn = 48;
+  auto o = toy_options(t, "out");
+  o.space.axes = {"experts", "expert_ffn", "shared_ffn"};
+  o.space.choices = {{"experts", {4, 6}}, {"expert_ffn", {16, 24}}, {"shared_ffn", {32, 48}}};
+  o.steps = 80;
+  expect_finds(t, want, o);
 }
 
 TEST(DasSearch, RemovesDeadMambaHeads) {
@@ -798,34 +806,11 @@ TEST(DasSearch, RemovesDeadMambaHeads) {
   for (int64_t h = 1; h < m.num_heads; h += 2) t.scores.layers[0].mamba_heads[size_t(h)] = 0;
   model::ArchSpec want = spec;
   want.layers[0].mamba->num_heads = m.num_heads / 2;
+  // Layer 2's live heads cost the same parameters: only the KD term tells them apart. The heads'
+  // gradients are partial sums over TP.
   auto o = toy_options(t, "out");
-  o.constraints.absolute.params = double(model::count_params(want).total());
   o.space.axes = {"mamba_heads"};
-  o.tp = world_size() % 2 == 0 ? 2 : 1;
-  const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
-  ASSERT_EQ(r.space.decisions.size(), 2u);  // one per Mamba layer: 1 or 2 heads per group
-  // Layer 2's live heads cost the same parameters: only the KD term tells them apart.
-  EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
-              auto w = want;
-              w.name = r.student.name;
-              return w;
-            }()));
-  auto st = load_student(o.out + "/student");
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
-  EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
-  // The heads' gradients are partial sums over TP: 8 steps at TP 2 x DP equal one rank.
-  auto few = o;
-  few.out = t.dir + "/few";
-  few.steps = 8;
-  few.micro_batch = 8 / world_size() * few.tp;
-  few.constraints.absolute.params = 0;
-  few.constraints.params_ratio = 0.8;
-  search::run_search(few, t.scores, MPI_COMM_WORLD);
-  on_rank_0_alone(few, t, [&](const search::DasOptions& single) {
-    const auto a = final_theta(few.out), b = final_theta(single.out);
-    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
-  });
+  expect_finds(t, want, o);
 }
 
 TEST(DasSearch, RemovesDeadLatentChannels) {
@@ -843,33 +828,10 @@ TEST(DasSearch, RemovesDeadLatentChannels) {
   for (int j = 24; j < 32; ++j) t.scores.layers[1].moe_latent[size_t(j)] = 0;
   model::ArchSpec want = spec;
   want.layers[1].moe->latent_size = 24;
+  // The latent channels' gradients are partial sums over TP (the experts that read and write
+  // them are split over the ranks).
   auto o = toy_options(t, "out");
-  o.constraints.absolute.params = double(model::count_params(want).total());
   o.space.axes = {"latent"};
   o.space.choices = {{"latent", {16, 24}}};
-  o.tp = world_size() % 2 == 0 ? 2 : 1;
-  const auto r = search::run_search(o, t.scores, MPI_COMM_WORLD);
-  ASSERT_EQ(r.space.decisions.size(), 2u);
-  EXPECT_EQ(model::arch_to_json(r.student), model::arch_to_json([&] {
-              auto w = want;
-              w.name = r.student.name;
-              return w;
-            }()));
-  auto st = load_student(o.out + "/student");
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  const auto ids = torch::randint(0, spec.vocab_size, {2, 13}, gen);
-  EXPECT_LT((logits(t.teacher, ids) - logits(st, ids)).abs().max().item<double>(), 2e-4);
-  // The latent channels' gradients are partial sums over TP (the experts that read and write
-  // them are split over the ranks): 8 steps at TP 2 x DP equal one rank.
-  auto few = o;
-  few.out = t.dir + "/few";
-  few.steps = 8;
-  few.micro_batch = 8 / world_size() * few.tp;
-  few.constraints.absolute.params = 0;
-  few.constraints.params_ratio = 0.8;
-  search::run_search(few, t.scores, MPI_COMM_WORLD);
-  on_rank_0_alone(few, t, [&](const search::DasOptions& single) {
-    const auto a = final_theta(few.out), b = final_theta(single.out);
-    EXPECT_LT((a - b).abs().max().item<double>(), 1e-4) << a << b;
-  });
+  expect_finds(t, want, o);
 }
