@@ -2,7 +2,8 @@
 # shellcheck disable=SC2015  # `A && B || fail`: fail exits
 # A real single-node Slurm cluster (scripts/slurm_cluster.sh) runs autocompress under
 # `srun --mpi=pmix`, requeues a job that exits 75 after SIGUSR1, and runs the distill
-# template (slurm/distill_1node.sbatch) through a preemption with a stand-in trainer.
+# template (slurm/distill_1node.sbatch) through a preemption with a stand-in trainer, and in
+# run mode reruns srun once when srun said 0 but a stage was left started.
 # Skips (exit 77) only when not root or when the Slurm/munge packages are missing.
 # Gets AC_BIN, AC_SOURCE_DIR and AC_TEST_TMP from ctest (tests/CMakeLists.txt).
 set -uo pipefail
@@ -169,9 +170,39 @@ $(cat "$log")"
 done
 [ "$(grep -c "run 1 finished" "$log")" = 2 ] && ! grep -q "run 2" "$log" || fail "job ran more than twice"
 out=$T/tmpl-$id.out
-grep -q "got SIGUSR1" "$out" && grep -q "srun exited with 75" "$out" &&
+# After rank 0's requeue Slurm cancels the step: the first run ends with srun's 75 or with that
+# cancellation (srun then says 143), in both cases after the checkpoint (docs/slurm.md).
+grep -q "got SIGUSR1" "$out" && grep -Eq "srun exited with 75|DUE TO JOB REQUEUE" "$out" &&
   grep -q "resuming from $T/run/checkpoints/latest" "$out" && grep -q "srun exited with 0" "$out" ||
   fail "template log does not show the preemption and the resumed run"
+# Run mode, a step that never ran: srun exits 0 while OUT/stages still holds a "started" stage
+# (after a requeue, Slurm 22.05 once aborted the new step "before step completely launched" and
+# srun said 0). The template runs srun again; once every stage is done it stops. A stand-in
+# for `autocompress run` leaves its stage started on the first call and done on the second.
+cat >fake_run.sh <<'EOF'
+#!/usr/bin/env bash
+[ "${SLURM_PROCID:-0}" = 0 ] || exit 0  # one rank keeps the count
+out=""
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; shift; done
+n=$(($(cat "$out/calls" 2>/dev/null || echo 0) + 1))
+echo "$n" >"$out/calls"
+mkdir -p "$out/stages"
+if [ "$n" -eq 1 ]; then status=started; else status=done; fi
+echo "{\"status\": \"$status\"}" >"$out/stages/search.json"
+exit 0
+EOF
+chmod +x fake_run.sh
+mkdir -p rrun
+id=$(sbatch --parsable --ntasks-per-node=2 --gpus-per-node=2 --cpus-per-task=1 --time=5 --output="$T/retry-%j.out" \
+       --export="ALL,AC_BIN=$T/fake_run.sh,AC_MODE=run,CONFIG=run.cfg,OUT=$T/rrun" \
+       "$AC_SOURCE_DIR/slurm/distill_1node.sbatch") || fail "sbatch (run mode)"
+wait_completed "$id" 60
+out=$T/retry-$id.out
+[ "$(cat "$T/rrun/calls")" = 2 ] || fail "run mode: srun ran $(cat "$T/rrun/calls") time(s), want 2 (once more for the started stage)"
+[ "$(grep -c "has an unfinished stage (did its step launch?): srun again in 5 s (attempt 2 of 3)" "$out")" = 1 ] &&
+  grep -q "srun exited with 0$" "$out" || fail "run mode: the template log does not show one retry:
+$(cat "$out")"
+echo "ok: run mode: a stage left started by an srun that exited 0 -> srun again once ($((SECONDS - t_start))s)"
 # The two templates share their body.
 diff <(sed -n '/^# ---- everything below/,$p' "$AC_SOURCE_DIR/slurm/distill_1node.sbatch") \
      <(sed -n '/^# ---- everything below/,$p' "$AC_SOURCE_DIR/slurm/distill_multinode.sbatch") >/dev/null ||
