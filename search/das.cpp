@@ -247,22 +247,35 @@ json SearchSpace::to_json() const {
 
 SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores, const EngineProfile* engine,
                         const SpaceOptions& o, const std::string& src) {
+  // Every axis, in the order the default space takes them; all but "skip" take --choices.
   static const std::vector<std::string> known = {"hidden", "ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn", "latent"};
   static const std::vector<std::string> moe_axes = {"experts", "expert_ffn", "top_k", "shared_ffn", "latent"};
+  auto names = [](bool with_skip) {
+    std::string n;
+    for (const auto& a : known)
+      if (with_skip || a != "skip") n += (n.empty() ? "" : " ") + a;
+    return n;
+  };
   bool any_moe_layer = false, any_shared = false, any_mamba = false, any_latent = false;
   for (const auto& layer : t.layers)
     any_moe_layer = any_moe_layer || layer.moe, any_shared = any_shared || (layer.moe && layer.moe->shared_ffn > 0),
     any_mamba = any_mamba || layer.mamba, any_latent = any_latent || (layer.moe && layer.moe->latent_size > 0);
+  // Why an axis has nothing to act on in this teacher ("" when it has): refused when asked for,
+  // left out of the default space.
+  auto absent = [&](const std::string& a) -> std::string {
+    if (a == "latent" && !any_latent) return "the teacher's MoE layers have no latent projection";
+    if (a == "mamba_heads" && !any_mamba) return "the teacher has no Mamba layer";
+    if (has(moe_axes, a) && !any_moe_layer) return "the teacher has no MoE layer";
+    if (a == "shared_ffn" && !any_shared) return "the teacher's MoE layers have no shared expert";
+    return "";
+  };
   for (const auto& a : o.axes) {
-    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn latent)");
-    if (a == "latent" && !any_latent) throw InputError("--axes", a, "the teacher's MoE layers have no latent projection");
-    if (a == "mamba_heads" && !any_mamba) throw InputError("--axes", a, "the teacher has no Mamba layer");
-    if (has(moe_axes, a) && !any_moe_layer) throw InputError("--axes", a, "the teacher has no MoE layer");
-    if (a == "shared_ffn" && !any_shared) throw InputError("--axes", a, "the teacher's MoE layers have no shared expert");
+    if (!has(known, a)) throw InputError("--axes", a, "unknown axis (searchable: " + names(true) + ")");
+    if (const std::string why = absent(a); !why.empty()) throw InputError("--axes", a, why);
   }
   for (const auto& [a, v] : o.choices) {
-    if (!has({"hidden", "ffn", "attn_heads", "mamba_heads", "experts", "expert_ffn", "top_k", "shared_ffn", "latent"}, a))
-      throw InputError("--choices", a, "unknown axis (choices can be given for hidden ffn attn_heads mamba_heads experts expert_ffn top_k shared_ffn latent)");
+    if (!has(known, a) || a == "skip")
+      throw InputError("--choices", a, "unknown axis (choices can be given for " + names(false) + ")");
     if (v.empty()) throw InputError("--choices", a, "no values");
   }
   if (o.min_width <= 0 || o.min_width > 1) throw InputError("--min-width", fmt(o.min_width), "must be in (0, 1]");
@@ -276,13 +289,10 @@ SearchSpace build_space(const model::ArchSpec& t, const ImportanceScores& scores
   s.teacher = t;
   if (axes.empty()) {
     axes.push_back("hidden");
-    for (const char* a : {"ffn", "attn_heads", "mamba_heads", "skip", "experts", "expert_ffn", "top_k", "shared_ffn", "latent"}) {
-      if (std::string(a) == "latent" && !any_latent) continue;
-      if (has(moe_axes, a) && !any_moe_layer) continue;
-      if (std::string(a) == "mamba_heads" && !any_mamba) continue;
-      if (std::string(a) == "shared_ffn" && !any_shared) continue;
+    for (const auto& a : known) {
+      if (a == "hidden" || !absent(a).empty()) continue;
       if (served(a)) axes.push_back(a);
-      else s.notes.push_back(std::string(a) + ": held, " + eng + " cannot serve per-layer " + a +
+      else s.notes.push_back(a + ": held, " + eng + " cannot serve per-layer " + a +
                              (engine && !engine->heterogeneous_format.empty() ? " (" + engine->heterogeneous_format + ")" : ""));
     }
   } else {
@@ -802,8 +812,7 @@ class SoftCostFn {
     if (experts_.n || top_k_.n || expert_ffn_.n || shared_ffn_.n || latent_.n) {
       auto dim = [&](const Group& g, const torch::Tensor& base) { return g.n ? base.index_copy(0, g.layers, expected(g)) : base; };
       d.experts = dim(experts_, base_experts_), d.top_k = dim(top_k_, base_top_k_), d.expert_ffn = dim(expert_ffn_, base_expert_ffn_);
-      d.shared_ffn = dim(shared_ffn_, base_shared_ffn_);
-      if (latent_.n) d.latent = dim(latent_, base_latent_);
+      d.shared_ffn = dim(shared_ffn_, base_shared_ffn_), d.latent = dim(latent_, base_latent_);
     }
     const SoftCost c = model_(d);  // [widths] each
     const torch::Tensor w = s_.hidden >= 0 ? p.narrow(0, hidden_offset_, model_.num_widths()) : torch::ones({1}, torch::kFloat64);
@@ -846,12 +855,11 @@ torch::Tensor proxy_tensor(const SearchSpace& s, const std::vector<torch::Tensor
     if (L.moe) {
       const auto& m = *L.moe;
       const torch::Tensor routed = frac(s.expert_ffn[l], double(m.expert_ffn)) *
-                                   (m.latent_size > 0 ? frac(s.latent[l], double(m.latent_size)) : torch::ones({}, torch::kFloat64)) *
+                                   frac(s.latent[l], double(m.latent_size)) *
                                    (w * frac(s.experts[l], double(m.num_experts)) + (1.0 - w) * frac(s.top_k[l], double(m.top_k)));
       // The shared expert's share of the layer's active FFN width in the teacher.
       const double sh = double(m.shared_ffn) / double(m.shared_ffn + int64_t(m.top_k) * m.expert_ffn);
-      const torch::Tensor shared = m.shared_ffn > 0 ? frac(s.shared_ffn[l], double(m.shared_ffn)) : torch::ones({}, torch::kFloat64);
-      sum = sum + frac(s.moe[l], 1.0) * ((1.0 - sh) * routed + sh * shared);
+      sum = sum + frac(s.moe[l], 1.0) * ((1.0 - sh) * routed + sh * frac(s.shared_ffn[l], double(m.shared_ffn)));
       ++n;
     }
   }
@@ -909,23 +917,18 @@ class SearchMasks : public model::ActivationObserver {
       v->assign(L, {});
     hidden = torch::Tensor();
     auto unit_mask = [&](int d) { return torch::matmul(y[size_t(d)].to(torch::kFloat32), prefix[size_t(d)]).to(dev); };
+    // This rank's contiguous block of units split over TP (heads, FFN and shared-expert neurons).
+    auto local = [&](int d) {
+      const torch::Tensor m = unit_mask(d);
+      const int64_t n = m.size(0) / tp_size;
+      return m.narrow(0, tp_rank * n, n);
+    };
     if (space.hidden >= 0) hidden = unit_mask(space.hidden);
     for (size_t l = 0; l < L; ++l) {
-      if (space.attn[l] >= 0) {
-        const auto& a = *t.layers[l].attention;
-        const int64_t hl = a.num_heads / tp_size;
-        heads[l] = unit_mask(space.attn[l]).narrow(0, tp_rank * hl, hl).repeat_interleave(a.head_dim);
-      }
-      if (space.ffn[l] >= 0) {
-        const int64_t fl = t.layers[l].mlp->ffn_size / tp_size;
-        ffn[l] = unit_mask(space.ffn[l]).narrow(0, tp_rank * fl, fl);
-      }
+      if (space.attn[l] >= 0) heads[l] = local(space.attn[l]).repeat_interleave(t.layers[l].attention->head_dim);
+      if (space.ffn[l] >= 0) ffn[l] = local(space.ffn[l]);
       if (space.mamba[l] >= 0) mixer[l] = y[size_t(space.mamba[l])][1].to(dev, torch::kFloat32);
-      if (space.mamba_heads[l] >= 0) {  // heads split over TP in contiguous blocks, as attention's
-        const auto& m = *t.layers[l].mamba;
-        const int64_t hl = m.num_heads / tp_size;
-        mamba_y[l] = unit_mask(space.mamba_heads[l]).narrow(0, tp_rank * hl, hl).repeat_interleave(m.head_dim);
-      }
+      if (space.mamba_heads[l] >= 0) mamba_y[l] = local(space.mamba_heads[l]).repeat_interleave(t.layers[l].mamba->head_dim);
       if (space.moe[l] >= 0) channel[l] = y[size_t(space.moe[l])][1].to(dev, torch::kFloat32);
       // The routing takes the choices' sets with their weights (an exact expectation: a soft
       // per-expert mask would stop routing to a fading expert and so lose its gradient).
@@ -943,10 +946,7 @@ class SearchMasks : public model::ActivationObserver {
       // fc2_latent_proj).
       if (space.latent[l] >= 0) latent[l] = unit_mask(space.latent[l]);
       // The shared expert is split over TP like a dense MLP.
-      if (space.shared_ffn[l] >= 0) {
-        const int64_t fl = t.layers[l].moe->shared_ffn / tp_size;
-        shared[l] = unit_mask(space.shared_ffn[l]).narrow(0, tp_rank * fl, fl);
-      }
+      if (space.shared_ffn[l] >= 0) shared[l] = local(space.shared_ffn[l]);
     }
   }
 };

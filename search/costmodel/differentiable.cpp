@@ -121,8 +121,10 @@ SoftCost DifferentiableCostModel::operator()(const SoftDims& s) const {
   d.top_k = pick(s.top_k, b.moe_keep, b.top_k);
   d.expert_ffn = pick(s.expert_ffn, b.moe_keep, b.expert_ffn);
   d.shared_ffn = pick(s.shared_ffn, b.moe_keep * b.shared_ffn, b.shared_ffn);
-  d.latent = pick(s.latent, b.moe_keep * b.latent, b.latent);
-  d.moe_width = pick(s.latent, b.moe_keep * b.latent, b.moe_width);
+  // A latent MoE's routed experts work at its latent width.
+  const torch::Tensor latent_moe = b.moe_keep * b.latent;
+  d.latent = pick(s.latent, latent_moe, b.latent);
+  d.moe_width = pick(s.latent, latent_moe, b.moe_width);
   const detail::CostResult<torch::Tensor> r =
       detail::Evaluator<torch::Tensor>(impl_->globals, d, hw_, engine_, workload_, impl_->hidden).run();
   // Model-level values come out [widths, 1] (or a broadcastable [1] / 0-dim where a value does
