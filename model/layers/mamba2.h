@@ -46,7 +46,7 @@ class Mamba2Impl : public torch::nn::Module {
   Weights in_proj{nullptr}, conv1d{nullptr}, out_proj{nullptr};
   torch::Tensor dt_bias, A_log, D;
   GatedRMSNorm norm{nullptr};
-  ObserverSlot observe;  // sees the x part of in_proj's output
+  ObserverSlot observe;  // sees the x part of in_proj's output; may mask the SSM output (MambaY)
 
  private:
   MambaSpec spec_;

@@ -39,8 +39,8 @@ class ActivationObserver {
   virtual void expert(int layer, int64_t expert, const at::Tensor& rows, const at::Tensor& down_input,
                       const at::Tensor& weighted_output) = 0;
   // May replace `act` (e.g. by act * mask) at AttnOProjInput, MlpDownInput, SharedDownInput,
-  // MambaY, MoeLatent, MoeLatentOut, EmbedOut, MixerOut and FfnOut; the forward then continues with the replacement (autograd
-  // sees it). Called after activation() where both apply. The default leaves it alone.
+  // MambaY, MoeLatent, MoeLatentOut, EmbedOut, MixerOut and FfnOut; the forward then continues
+  // with the replacement (autograd sees it). Called after activation() where both apply. The default leaves it alone.
   virtual void modify(int /*layer*/, ObservePoint /*point*/, at::Tensor& /*act*/) {}
   // The routing of one MoE forward (EP 1). The four tensors arrive undefined; the observer may
   // set `expert_sets` [C, num_experts] (0/1 rows: sets of experts kept) with `expert_weights`
