@@ -211,6 +211,16 @@ torch::Tensor attention_core(const torch::Tensor& q, torch::Tensor k, torch::Ten
 #endif
   }
 #endif
+  if (T == 1 && group > 1) {
+    // A decode step: the `group` query heads that share a KV head become `group` rows of one
+    // product with that head's keys, so the cache is read in place. Expanding it to H heads
+    // (below) copies the whole cache of every layer every step: at concurrency 8 on SmolLM2
+    // that copy was ~25% of the step (docs/benchmarks.md, twelfth session). Query head
+    // h = kv * group + g, the order expand() gives below; the products are the same dots.
+    auto qg = q.reshape({B, Hkv, group, d});
+    auto probs = torch::softmax(torch::matmul(qg, k.transpose(2, 3)) * scale, -1, torch::kFloat32).to(q.scalar_type());
+    return torch::matmul(probs, v).view({B, H, 1, d});
+  }
   if (group > 1) {
     k = k.unsqueeze(2).expand({B, Hkv, group, S, d}).reshape({B, H, S, d});
     v = v.unsqueeze(2).expand({B, Hkv, group, S, d}).reshape({B, H, S, d});

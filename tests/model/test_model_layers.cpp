@@ -255,6 +255,32 @@ TEST(Attention, SdpaEqualsEager) {
   }
 }
 
+// A decode step (T = 1) with grouped KV heads reads the cache in place (each KV head's query
+// heads as rows of one product) instead of expanding it to H heads; both must give softmax(q
+// k^T / sqrt(d)) v with query head h on KV head h / group. The reference is written out here.
+TEST(Attention, GroupedDecodeStepEqualsPerHeadReference) {
+  struct Restore {
+    ~Restore() { ac::model::set_eager_attention(false); }
+  } restore;
+  ac::model::set_eager_attention(true);  // the eager kernel (the only one LibTorch 1.x has)
+  torch::NoGradGuard ng;
+  torch::manual_seed(11);
+  const int64_t B = 3, H = 6, Hkv = 2, S = 9, d = 8, group = H / Hkv;
+  auto q = torch::randn({B, H, 1, d}), k = torch::randn({B, Hkv, S, d}), v = torch::randn({B, Hkv, S, d});
+  // The cache as generation keeps it: a view of the first S positions of a longer buffer.
+  auto kbuf = torch::randn({B, Hkv, S + 5, d}), vbuf = torch::randn({B, Hkv, S + 5, d});
+  kbuf.narrow(2, 0, S).copy_(k);
+  vbuf.narrow(2, 0, S).copy_(v);
+  auto out = ac::model::attention_core(q, kbuf.narrow(2, 0, S), vbuf.narrow(2, 0, S));
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{B, H, 1, d}));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      auto kh = k[b][h / group], vh = v[b][h / group];  // [S, d]
+      auto p = torch::softmax(torch::mv(kh, q[b][h][0]) / std::sqrt(double(d)), 0);
+      EXPECT_LE((out[b][h][0] - torch::mv(vh.t(), p)).abs().max().item<double>(), 1e-5) << "b " << b << " head " << h;
+    }
+}
+
 TEST(TensorParallel, ImpossibleLayoutsAreRefusedWithTheReason) {
   auto spec = fixture_spec("nemotron_h");  // 4 query heads, 2 KV heads, 2 Mamba groups, 8 experts
   EXPECT_EQ(tp_split_problem(spec, 1), "");
