@@ -2,6 +2,7 @@
 #include "model/layers/common.h"
 
 #include "model/layers/init.h"
+#include "model/layers/small_gemm.h"
 
 #include "dist/tensor_parallel.h"
 
@@ -32,9 +33,16 @@ ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t
 
 torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   const int64_t K = x.dim() > 0 ? x.size(-1) : 0;
-  if (x.dim() >= 1 && x.numel() == K && K > 0 && w.dim() == 2 && x.scalar_type() == torch::kFloat32 &&
-      w.scalar_type() == torch::kFloat32 && x.device().is_cpu() && w.device().is_cpu() &&
-      (!torch::GradMode::is_enabled() || (!x.requires_grad() && !w.requires_grad() && !(b.defined() && b.requires_grad())))) {
+  const bool no_grad = !torch::GradMode::is_enabled() ||
+                       (!x.requires_grad() && !w.requires_grad() && !(b.defined() && b.requires_grad()));
+  if (!no_grad || K == 0 || w.dim() != 2 || x.scalar_type() != torch::kFloat32 || w.scalar_type() != torch::kFloat32 ||
+      !x.device().is_cpu() || !w.device().is_cpu())
+    return torch::nn::functional::linear(x, w, b);
+  auto with_bias = [&](torch::Tensor y) {
+    if (!b.defined()) return y;
+    return b.scalar_type() == torch::kFloat32 ? y.add_(b) : y + b;
+  };
+  if (x.numel() == K) {
     auto sizes = x.sizes().vec();
     sizes.back() = w.size(0);
     const torch::Tensor v = x.reshape({K});
@@ -42,6 +50,7 @@ torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const
     if (b.defined() && b.scalar_type() != torch::kFloat32) y = y + b;
     return y.view(sizes);
   }
+  if (torch::Tensor y = small_linear(x, w); y.defined()) return with_bias(y);
   return torch::nn::functional::linear(x, w, b);
 }
 

@@ -55,11 +55,14 @@ ShardPiece whole(const std::string& logical, std::vector<int64_t> shape);
 ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t dim,
                  int64_t start, int64_t size);
 
-// y = x W^T (+ b), as torch::nn::functional::linear, except for one fp32 CPU row (x.numel() ==
-// x.size(-1): a decode step of one sequence) when no gradient is recorded: then a matrix-vector
-// product (torch::mv / addmv). LibTorch 1.13's linear on a [1, K] row goes through a GEMM with
-// M = 1 that is ~2x slower than gemv on the same weights (5x for K > N; docs/benchmarks.md,
-// tenth session); the sums are the same up to fp32 rounding order (~1e-7 relative).
+// y = x W^T (+ b), as torch::nn::functional::linear, except for fp32 CPU inputs of 1-16 rows
+// when no gradient is recorded (decode steps):
+// - one row (x.numel() == x.size(-1): one sequence): a matrix-vector product (torch::mv /
+//   addmv). LibTorch 1.13's linear on a [1, K] row goes through a GEMM with M = 1 that is ~2x
+//   slower than gemv on the same weights (5x for K > N; docs/benchmarks.md, tenth session);
+// - 2-16 rows: small_linear (model/layers/small_gemm.h), which streams W once without the
+//   GEMM's packed copy (1.4-1.5x at M = 8, twelfth session), where the CPU has a kernel for it.
+// The sums are the same up to fp32 rounding order (~1e-7 relative).
 torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
 
 // y = x W^T (+ b) with W the local rows of a column-parallel weight: input identity

@@ -8,6 +8,7 @@
 #include "model/hf_import.h"
 #include "model/layers/attention.h"
 #include "model/layers/common.h"
+#include "model/layers/small_gemm.h"
 #include "tests/model/fixtures.h"
 
 using namespace ac::model;
@@ -159,7 +160,12 @@ TEST_P(Decode_, GreedyDecodeEqualsArgmaxOfFullRecomputation) {
 // apply_linear: a single fp32 row takes the matrix-vector path (no gradient recorded); it
 // equals torch's linear up to fp32 summation order, with and without bias, for any leading
 // shape; batches, bf16 and rows that need gradients are torch's linear exactly.
-TEST(ApplyLinear, MatrixVectorPathEqualsLinear) {
+TEST(ApplyLinear, DecodePathsEqualLinear) {
+  struct Restore {
+    int n;
+    ~Restore() { at::set_num_threads(n); }
+  } restore{at::get_num_threads()};
+  at::set_num_threads(1);  // small_linear's condition
   torch::manual_seed(11);
   for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{576, 576}, {192, 576}, {576, 1536}, {1000, 64}}) {
     auto w = torch::randn({N, K}) / std::sqrt(double(K)), b = torch::randn({N});
@@ -174,8 +180,22 @@ TEST(ApplyLinear, MatrixVectorPathEqualsLinear) {
         EXPECT_LE((got - want).abs().max().item<double>(), 1e-6 * scale) << N << "x" << K;
       }
     }
-    auto x8 = torch::randn({8, 1, K});
-    EXPECT_TRUE(torch::equal(apply_linear(x8, w, b), torch::nn::functional::linear(x8, w, b)));
+    {
+      torch::NoGradGuard ng;
+      // 2-16 rows: the small-M kernel where the CPU has one, else linear itself; 17: linear.
+      for (int64_t M : {2, 8, 16}) {
+        auto xm = torch::randn({M, 1, K});
+        auto want = torch::nn::functional::linear(xm, w, b);
+        EXPECT_LE((apply_linear(xm, w, b) - want).abs().max().item<double>(), 1e-5 * std::max(1.0, want.abs().max().item<double>()))
+            << N << "x" << K << " M " << M;
+      }
+      auto x17 = torch::randn({17, K});
+      EXPECT_TRUE(torch::equal(apply_linear(x17, w, b), torch::nn::functional::linear(x17, w, b)));
+    }
+    auto x8g = torch::randn({8, 1, K});  // gradient mode, no requires_grad: no gradient recorded
+    EXPECT_LE((apply_linear(x8g, w, b) - torch::nn::functional::linear(x8g, w, b)).abs().max().item<double>(), 1e-4);
+    auto x8r = torch::randn({8, K}).requires_grad_();  // recorded: linear, bitwise
+    EXPECT_TRUE(torch::equal(apply_linear(x8r, w, b), torch::nn::functional::linear(x8r, w, b)));
     auto xb = torch::randn({1, K}).to(torch::kBFloat16), wb = w.to(torch::kBFloat16);
     EXPECT_TRUE(torch::equal(apply_linear(xb, wb), torch::nn::functional::linear(xb, wb)));
     auto xg = torch::randn({1, K}).requires_grad_();
@@ -184,6 +204,51 @@ TEST(ApplyLinear, MatrixVectorPathEqualsLinear) {
     yg.sum().backward();
     EXPECT_TRUE(xg.grad().defined());
   }
+}
+
+// Every kernel of small_linear this CPU can run (model/layers/small_gemm.h), at every row count
+// it takes and at weight row counts that leave partial blocks of 8, against torch's linear. On
+// an x86-64 CPU with AVX2 + FMA at least the AVX2 kernel must be there.
+TEST(SmallLinear, EachKernelOfThisCpuEqualsLinear) {
+  const int threads = at::get_num_threads();
+  struct Restore {
+    int n;
+    ~Restore() { at::set_num_threads(n); }
+  } restore{threads};
+  at::set_num_threads(2);  // more than one thread: it declines (the threaded BLAS GEMM is faster)
+  EXPECT_FALSE(ac::model::small_linear(torch::randn({4, 32}), torch::randn({24, 32}), "avx2").defined());
+  at::set_num_threads(1);
+  torch::NoGradGuard ng;
+  torch::manual_seed(12);
+  int ran = 0;
+  for (const std::string isa : {"avx2", "avx512"}) {
+    for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{576, 576}, {13, 40}, {1003, 77}, {5, 1536}}) {
+      auto w = torch::randn({N, K}) / std::sqrt(double(K));
+      for (int64_t M = 2; M <= 16; ++M) {
+        auto x = torch::randn({M, K});
+        auto y = ac::model::small_linear(x, w, isa);
+        if (!y.defined()) break;  // this CPU has no such kernel
+        ++ran;
+        auto want = torch::nn::functional::linear(x, w);
+        ASSERT_EQ(y.sizes(), want.sizes());
+        EXPECT_LE((y - want).abs().max().item<double>(), 2e-6 * std::max(1.0, want.abs().max().item<double>()))
+            << isa << " M " << M << " " << N << "x" << K;
+      }
+    }
+    // What it declines: one row, 17 rows, another dtype, a non-contiguous weight.
+    auto w = torch::randn({24, 32});
+    EXPECT_FALSE(ac::model::small_linear(torch::randn({1, 32}), w, isa).defined());
+    EXPECT_FALSE(ac::model::small_linear(torch::randn({17, 32}), w, isa).defined());
+    EXPECT_FALSE(ac::model::small_linear(torch::randn({4, 32}).to(torch::kBFloat16), w.to(torch::kBFloat16), isa).defined());
+    EXPECT_FALSE(ac::model::small_linear(torch::randn({4, 24}), w.t(), isa).defined());
+  }
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_GT(ran, 0) << "an AVX2 CPU without the AVX2 kernel";
+    if (!std::getenv("AC_SMALL_GEMM")) EXPECT_FALSE(ac::model::small_linear_isa().empty());
+  }
+#endif
+  if (ran == 0) GTEST_SKIP() << "no small_linear kernel for this CPU (" << ac::model::small_linear_isa() << ")";
 }
 
 // The scorecard's serving loop: batch-1 prefills, stacked caches, batched decode with rows
