@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "model/layers/common.h"
+
 namespace ac::model {
 
 namespace {
@@ -17,6 +19,7 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, int64_t layer) {
     ctx->saved_data["layer"] = layer;
     ctx->save_for_backward({x});
+    ExactLinearGuard exact;  // no fast paths: this forward must round as the recomputation
     return reinterpret_cast<DecoderLayerImpl*>(static_cast<intptr_t>(layer))->forward(x, 0, nullptr);
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {

@@ -31,11 +31,18 @@ ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t
   return p;
 }
 
+namespace {
+thread_local bool exact_linear = false;
+}  // namespace
+
+ExactLinearGuard::ExactLinearGuard() : prev_(exact_linear) { exact_linear = true; }
+ExactLinearGuard::~ExactLinearGuard() { exact_linear = prev_; }
+
 torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
   const int64_t K = x.dim() > 0 ? x.size(-1) : 0;
   const bool no_grad = !torch::GradMode::is_enabled() ||
                        (!x.requires_grad() && !w.requires_grad() && !(b.defined() && b.requires_grad()));
-  if (!no_grad || K == 0 || w.dim() != 2 || x.scalar_type() != torch::kFloat32 || w.scalar_type() != torch::kFloat32 ||
+  if (!no_grad || exact_linear || K == 0 || w.dim() != 2 || x.scalar_type() != torch::kFloat32 || w.scalar_type() != torch::kFloat32 ||
       !x.device().is_cpu() || !w.device().is_cpu())
     return torch::nn::functional::linear(x, w, b);
   auto with_bias = [&](torch::Tensor y) {

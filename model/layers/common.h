@@ -63,7 +63,23 @@ ShardPiece slice(const std::string& logical, std::vector<int64_t> shape, int64_t
 // - 2-16 rows: small_linear (model/layers/small_gemm.h), which streams W once without the
 //   GEMM's packed copy (1.4-1.5x at M = 8, twelfth session), where the CPU has a kernel for it.
 // The sums are the same up to fp32 rounding order (~1e-7 relative).
+// (When an ExactLinearGuard is alive on this thread: always torch's linear.)
 torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {});
+
+// While alive, apply_linear on this thread is torch's linear whatever the grad mode. The first,
+// gradient-free forward of a recomputed layer (model/recompute.cpp) holds one: its output must
+// round exactly as the layer's recomputation with autograd in the backward, and as the same
+// layer without recomputation (tested bitwise, test_model_ep).
+class ExactLinearGuard {
+ public:
+  ExactLinearGuard();
+  ~ExactLinearGuard();
+  ExactLinearGuard(const ExactLinearGuard&) = delete;
+  ExactLinearGuard& operator=(const ExactLinearGuard&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // y = x W^T (+ b) with W the local rows of a column-parallel weight: input identity
 // forward / all-reduce backward, output sharded along the last dim.

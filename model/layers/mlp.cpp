@@ -213,12 +213,14 @@ MoeImpl::ExpertWeights MoeImpl::split_experts() const {
 }
 
 torch::Tensor MoeImpl::run_expert(const ExpertWeights& ew, int64_t le, const torch::Tensor& xe, torch::Tensor* act) {
-  auto up = torch::matmul(xe, ew.ups[size_t(le)].t());
-  auto a = spec_.activation == MlpActivation::SwiGLU ? act_silu(torch::matmul(xe, ew.gates[size_t(le)].t())) * up
+  // apply_linear: linear (= matmul(x, w^T)) when training; a decode step's few routed tokens
+  // take the matrix-vector / small-M paths.
+  auto up = apply_linear(xe, ew.ups[size_t(le)]);
+  auto a = spec_.activation == MlpActivation::SwiGLU ? act_silu(apply_linear(xe, ew.gates[size_t(le)])) * up
                                                      : activate(up, spec_.activation);
   if (observe.observer) observe.observer->modify_expert(observe.layer, expert_start_ + le, a);
   if (act) *act = a;
-  return torch::matmul(a, ew.downs[size_t(le)].t());
+  return apply_linear(a, ew.downs[size_t(le)]);
 }
 
 torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
