@@ -6,8 +6,7 @@
 // kernel, BLAS, ...); the best of --reps per variant is reported, with the ratio and the
 // largest error of each against an fp64 product.
 //
-// small_linear runs at one thread only (it declines at more); --threads N > 1 times BLAS at N
-// threads against the kernels at 1 (what apply_linear would then choose between).
+// Both at --threads (the kernels split W's rows over OpenMP threads).
 //
 //   build/bench/bench_small_gemm [--rows 2,4,8,16] [--threads 1] [--reps 5]
 //       [--hidden 576 --kv 192 --ffn 1536 --layers 30 --vocab 49152]
@@ -85,12 +84,11 @@ int main(int argc, char** argv) {
   double mb = 0;
   for (const auto& w : ws) mb += double(w.numel()) * 4 / 1e6;
   std::vector<std::string> isas;
-  ac::dist::set_compute_threads(1);
   for (const std::string isa : {"avx2", "avx512"})
     if (ac::model::small_linear(torch::zeros({2, 8}), torch::zeros({8, 8}), isa).defined()) isas.push_back(isa);
   std::string names;
   for (const auto& i : isas) names += (names.empty() ? "" : ", ") + i;
-  std::printf("# %zu weights, %.0f MB fp32, BLAS at %d thread(s), kernels at 1; small_linear kernels on this CPU: %s (default: %s)\n",
+  std::printf("# %zu weights, %.0f MB fp32, %d thread(s); small_linear kernels on this CPU: %s (default: %s)\n",
               ws.size(), mb, a.threads, names.empty() ? "none" : names.c_str(),
               ac::model::small_linear_isa().empty() ? "none" : ac::model::small_linear_isa().c_str());
   if (isas.empty()) return 0;
@@ -111,7 +109,6 @@ int main(int argc, char** argv) {
       return xs.back();
     };
     auto pass = [&](const std::string& isa) {  // "" = BLAS
-      ac::dist::set_compute_threads(isa.empty() ? a.threads : 1);
       const auto t0 = std::chrono::steady_clock::now();
       for (const auto& w : ws) {
         auto x = input(w.size(1));
@@ -127,7 +124,6 @@ int main(int argc, char** argv) {
       auto x = input(ws[i].size(1));
       auto ref = torch::nn::functional::linear(x.to(torch::kFloat64), ws[i].to(torch::kFloat64));
       for (size_t v = 0; v <= isas.size(); ++v) {
-        ac::dist::set_compute_threads(v == 0 ? a.threads : 1);
         auto y = v == 0 ? torch::nn::functional::linear(x, ws[i]) : ac::model::small_linear(x, ws[i], isas[v - 1]);
         err[v] = std::max(err[v], (y.to(torch::kFloat64) - ref).abs().max().item<double>());
       }

@@ -8,17 +8,17 @@
 namespace ac::model {
 namespace {
 
-using Kernel = void (*)(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t K, int64_t n0,
-                        int64_t n1, float* y, int64_t ldy, float* xt);
+using Kernel = void (*)(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t K, int64_t N,
+                        float* y, int64_t ldy, float* xt, int threads);
 
 }  // namespace
 
 #ifdef AC_SMALL_GEMM_X86
 namespace kernels {
-void small_linear_f32_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                           int64_t, float*);
-void small_linear_f32_avx512(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, int64_t, float*,
-                             int64_t, float*);
+void small_linear_f32_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t,
+                           float*, int);
+void small_linear_f32_avx512(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t,
+                             float*, int);
 }  // namespace kernels
 #endif
 
@@ -66,12 +66,16 @@ torch::Tensor small_linear(const torch::Tensor& x, const torch::Tensor& w, const
       !x.device().is_cpu() || !w.device().is_cpu() || !w.is_contiguous())
     return {};
   const int64_t M = x.numel() / K;
-  if (M < 2 || M > 16 || at::get_num_threads() > 1) return {};
+  const int threads = at::get_num_threads();
+#ifndef AC_SMALL_GEMM_OPENMP
+  if (threads > 1) return {};  // the kernels were built without OpenMP: BLAS's threads instead
+#endif
+  if (M < 2 || M > 16) return {};
   const torch::Tensor x2 = x.reshape({M, K}).contiguous();
   torch::Tensor y = torch::empty({M, N}, x.options());
   thread_local std::vector<float> xt;
   xt.resize(size_t(K) * 16);
-  kernel(x2.data_ptr<float>(), K, M, w.data_ptr<float>(), K, K, 0, N, y.data_ptr<float>(), N, xt.data());
+  kernel(x2.data_ptr<float>(), K, M, w.data_ptr<float>(), K, K, N, y.data_ptr<float>(), N, xt.data(), threads);
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   return y.view(sizes);

@@ -1,7 +1,8 @@
 // y = x W^T for a few rows of x on the CPU, without the BLAS GEMM's packed copy of W: the
 // matrix product of a decode step of 2-16 sequences (model/layers/small_gemm_kernel.inc).
-// At M = 8 on the real teacher's shapes, 1 thread, weights streamed from memory as in a decode
-// step: 1.4-1.5x OpenBLAS's linear (bench/bench_small_gemm.cpp, docs/benchmarks.md).
+// At M = 8 on the real teacher's shapes, weights streamed from memory as in a decode step:
+// 1.4-1.5x OpenBLAS's linear at 1 thread, 1.6-1.8x at 2 (bench/bench_small_gemm.cpp,
+// docs/benchmarks.md).
 #pragma once
 
 #include <torch/torch.h>
@@ -18,11 +19,8 @@ const std::string& small_linear_isa();
 // the CPU: x W^T with the kernel for `isa` ("" = small_linear_isa()). Returns an undefined
 // tensor when any of that does not hold or the kernel is unavailable, so the caller can fall
 // back to torch's linear. No autograd: callers use it only when no gradient is recorded.
-// One thread only: it declines when at::get_num_threads() > 1. Streaming W is bound by memory
-// bandwidth, which one core nearly uses up; at 2 threads the threaded BLAS GEMM was faster
-// (47 vs 53 ms per pass at M = 8 on a 2-vCPU Zen 4, bench_small_gemm --threads 2), and
-// threading this kernel would need OpenMP in our objects (at::parallel_for is inline and runs
-// serially without -fopenmp), which would be a second OpenMP runtime beside pip LibTorch's.
+// Threads: at::get_num_threads(), splitting the rows of W (OpenMP in the kernel files; a build
+// without OpenMP declines at more than one thread and leaves it to the threaded BLAS GEMM).
 torch::Tensor small_linear(const torch::Tensor& x, const torch::Tensor& w, const std::string& isa = "");
 
 }  // namespace ac::model

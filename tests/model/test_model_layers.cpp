@@ -215,14 +215,15 @@ TEST(SmallLinear, EachKernelOfThisCpuEqualsLinear) {
     int n;
     ~Restore() { at::set_num_threads(n); }
   } restore{threads};
-  at::set_num_threads(2);  // more than one thread: it declines (the threaded BLAS GEMM is faster)
-  EXPECT_FALSE(ac::model::small_linear(torch::randn({4, 32}), torch::randn({24, 32}), "avx2").defined());
-  at::set_num_threads(1);
   torch::NoGradGuard ng;
   torch::manual_seed(12);
   int ran = 0;
   for (const std::string isa : {"avx2", "avx512"}) {
-    for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{576, 576}, {13, 40}, {1003, 77}, {5, 1536}}) {
+    // 1 and 2 threads (a build without OpenMP declines at 2: `ran` counts what ran); 1003 rows
+    // are 126 blocks of 8, enough to be split.
+    for (auto [N, K, threads] : std::vector<std::tuple<int64_t, int64_t, int>>{
+             {576, 576, 1}, {13, 40, 1}, {1003, 77, 1}, {5, 1536, 1}, {1003, 77, 2}, {576, 576, 2}}) {
+      at::set_num_threads(threads);
       auto w = torch::randn({N, K}) / std::sqrt(double(K));
       for (int64_t M = 2; M <= 16; ++M) {
         auto x = torch::randn({M, K});
@@ -232,9 +233,10 @@ TEST(SmallLinear, EachKernelOfThisCpuEqualsLinear) {
         auto want = torch::nn::functional::linear(x, w);
         ASSERT_EQ(y.sizes(), want.sizes());
         EXPECT_LE((y - want).abs().max().item<double>(), 2e-6 * std::max(1.0, want.abs().max().item<double>()))
-            << isa << " M " << M << " " << N << "x" << K;
+            << isa << " M " << M << " " << N << "x" << K << " threads " << threads;
       }
     }
+    at::set_num_threads(1);
     // What it declines: one row, 17 rows, another dtype, a non-contiguous weight.
     auto w = torch::randn({24, 32});
     EXPECT_FALSE(ac::model::small_linear(torch::randn({1, 32}), w, isa).defined());
