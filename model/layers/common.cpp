@@ -45,10 +45,6 @@ torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const
   if (!no_grad || exact_linear || K == 0 || w.dim() != 2 || x.scalar_type() != torch::kFloat32 || w.scalar_type() != torch::kFloat32 ||
       !x.device().is_cpu() || !w.device().is_cpu())
     return torch::nn::functional::linear(x, w, b);
-  auto with_bias = [&](torch::Tensor y) {
-    if (!b.defined()) return y;
-    return b.scalar_type() == torch::kFloat32 ? y.add_(b) : y + b;
-  };
   if (x.numel() == K) {
     auto sizes = x.sizes().vec();
     sizes.back() = w.size(0);
@@ -57,7 +53,8 @@ torch::Tensor apply_linear(const torch::Tensor& x, const torch::Tensor& w, const
     if (b.defined() && b.scalar_type() != torch::kFloat32) y = y + b;
     return y.view(sizes);
   }
-  if (torch::Tensor y = small_linear(x, w); y.defined()) return with_bias(y);
+  if (torch::Tensor y = small_linear(x, w); y.defined())
+    return !b.defined() ? y : b.scalar_type() == torch::kFloat32 ? y.add_(b) : y + b;
   return torch::nn::functional::linear(x, w, b);
 }
 

@@ -6,19 +6,15 @@
 #include <vector>
 
 namespace ac::model {
-namespace {
 
-using Kernel = void (*)(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t K, int64_t N,
-                        float* y, int64_t ldy, float* xt, int threads);
-
-}  // namespace
+// The signature of small_gemm_kernel.inc's entry point, once per instruction set.
+using KernelFn = void(const float* x, int64_t ldx, int64_t M, const float* w, int64_t ldw, int64_t K, int64_t N,
+                      float* y, int64_t ldy, float* xt, int threads);
+using Kernel = KernelFn*;
 
 #ifdef AC_SMALL_GEMM_X86
 namespace kernels {
-void small_linear_f32_avx2(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t,
-                           float*, int);
-void small_linear_f32_avx512(const float*, int64_t, int64_t, const float*, int64_t, int64_t, int64_t, float*, int64_t,
-                             float*, int);
+KernelFn small_linear_f32_avx2, small_linear_f32_avx512;
 }  // namespace kernels
 #endif
 
@@ -59,7 +55,8 @@ const std::string& small_linear_isa() {
 }
 
 torch::Tensor small_linear(const torch::Tensor& x, const torch::Tensor& w, const std::string& isa) {
-  const Kernel kernel = kernel_for(isa.empty() ? small_linear_isa() : isa);
+  static const Kernel default_kernel = kernel_for(small_linear_isa());  // resolved once, not per call
+  const Kernel kernel = isa.empty() ? default_kernel : kernel_for(isa);
   if (!kernel || x.dim() < 1 || w.dim() != 2) return {};
   const int64_t K = x.size(-1), N = w.size(0);
   if (K == 0 || w.size(1) != K || x.scalar_type() != torch::kFloat32 || w.scalar_type() != torch::kFloat32 ||

@@ -157,15 +157,19 @@ TEST_P(Decode_, GreedyDecodeEqualsArgmaxOfFullRecomputation) {
   }
 }
 
-// apply_linear: a single fp32 row takes the matrix-vector path (no gradient recorded); it
-// equals torch's linear up to fp32 summation order, with and without bias, for any leading
-// shape; batches, bf16 and rows that need gradients are torch's linear exactly.
+// Restores the intra-op thread count when a test that sets it ends.
+struct RestoreThreads {
+  int n = at::get_num_threads();
+  ~RestoreThreads() { at::set_num_threads(n); }
+};
+
+// apply_linear without a recorded gradient: a single fp32 row takes the matrix-vector path and
+// 2-16 rows small_linear; both equal torch's linear up to fp32 summation order, with and without
+// bias, for any leading shape. 17 rows, bf16 and rows that need gradients are torch's linear
+// exactly.
 TEST(ApplyLinear, DecodePathsEqualLinear) {
-  struct Restore {
-    int n;
-    ~Restore() { at::set_num_threads(n); }
-  } restore{at::get_num_threads()};
-  at::set_num_threads(1);  // small_linear's condition
+  RestoreThreads restore;
+  at::set_num_threads(1);
   torch::manual_seed(11);
   for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{576, 576}, {192, 576}, {576, 1536}, {1000, 64}}) {
     auto w = torch::randn({N, K}) / std::sqrt(double(K)), b = torch::randn({N});
@@ -210,11 +214,7 @@ TEST(ApplyLinear, DecodePathsEqualLinear) {
 // it takes and at weight row counts that leave partial blocks of 8, against torch's linear. On
 // an x86-64 CPU with AVX2 + FMA at least the AVX2 kernel must be there.
 TEST(SmallLinear, EachKernelOfThisCpuEqualsLinear) {
-  const int threads = at::get_num_threads();
-  struct Restore {
-    int n;
-    ~Restore() { at::set_num_threads(n); }
-  } restore{threads};
+  RestoreThreads restore;
   torch::NoGradGuard ng;
   torch::manual_seed(12);
   int ran = 0;
