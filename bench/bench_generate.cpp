@@ -1,4 +1,4 @@
-// bench_generate: the local engine's decode (model::generate_static_batch, what `autocompress
+// bench_generate: the local engine's decode (eval::generate_static_batch, what `autocompress
 // scorecard` measures) and a plain forward of one checkpoint. bench/bench_generate.py runs this,
 // `autocompress eval` and Hugging Face transformers on the same teacher, prompts, threads and
 // dtype in one run, and prints the ratios.
@@ -32,7 +32,7 @@
 #include "checkpoint/model_state.h"
 #include "dist/communicator.h"
 #include "dist/omp_env.h"
-#include "model/generate.h"
+#include "eval/generate.h"
 #include "model/model.h"
 
 using namespace ac;
@@ -116,11 +116,11 @@ int main(int argc, char** argv) {
       if (N < 2) throw std::runtime_error("--new-tokens must be at least 2 (decode steps follow the first token)");
       const std::vector<std::vector<int64_t>> prompts(all.begin(), all.begin() + long(C));
       const std::vector<int64_t> lengths(C, N);
-      (void)model::generate_static_batch(m, prompts, std::vector<int64_t>(C, 4));  // warm-up
+      (void)eval::generate_static_batch(m, prompts, std::vector<int64_t>(C, 4));  // warm-up
       double best_decode = 0, best_e2e = 0, best_prefill = 1e30;
       std::vector<std::vector<int64_t>> ids;
       for (int r = 0; r < rounds; ++r) {
-        const model::BatchTimings t = model::generate_static_batch(m, prompts, lengths, clock);
+        const eval::BatchTimings t = eval::generate_static_batch(m, prompts, lengths, clock);
         double step_s = 0, step_tokens = 0, prefill = 0;
         for (size_t s = 0; s < t.step_s.size(); ++s) step_s += t.step_s[s], step_tokens += double(t.step_rows[s]);
         for (double x : t.ttft_s) prefill += x;

@@ -16,7 +16,7 @@
 #include "dist/communicator.h"
 #include "dist/parallel_layout.h"
 #include "model/model.h"
-#include "search/prune.h"
+#include "search/prune/prune.h"
 
 using namespace ac;
 using Clock = std::chrono::steady_clock;

@@ -26,20 +26,25 @@
 #include "checkpoint/optimizer_state.h"
 #include "data/sampler.h"
 #include "data/token_source.h"
+#include "dist/cpu_features.h"
+#include "dist/device.h"
 #include "dist/error.h"
-#include "dist/progress.h"
 #include "dist/parallel_layout.h"
+#include "dist/progress.h"
 #include "dist/tensor_memory.h"
 #include "dist/tensor_parallel.h"
 #include "distill/kd_loss.h"
 #include "distill/objective.h"
-#include "distill/run_parts.h"
 #include "distill/weight_optimizer.h"
+#include "job/device.h"
+#include "job/metrics.h"
+#include "job/run_checkpoints.h"
+#include "job/step_loop.h"
+#include "job/teacher.h"
+#include "job/token_data.h"
 #include "model/arch_spec.h"
 #include "model/model.h"
 #include "model/recompute.h"
-#include "dist/cpu_features.h"
-#include "dist/device.h"
 
 namespace fs = std::filesystem;
 
@@ -98,7 +103,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     throw InputError("--intermediate", "value", "\"" + cfg.intermediate + "\" is not none, cosine or mse");
   if (cfg.dtype == "f16" || cfg.dtype == "float16")
     throw InputError("--dtype", cfg.dtype, "float16 training needs loss scaling, which the trainer does not do: use bf16 or f32");
-  const RunDevice rd = choose_run_device(cfg.device, cfg.local_rank, cfg.dtype);
+  const job::RunDevice rd = job::choose_run_device(cfg.device, cfg.local_rank, cfg.dtype);
   const torch::Device device = rd.device;
   const torch::Dtype dtype = rd.dtype;
 
@@ -131,7 +136,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   model::EpGroup ep;
   if (cfg.ep > 1) ep.comm = dist::make_device_communicator(layout.ep_mpi_comm(), rd.choice);
   ep.expert_tp = expert_tp;
-  const nlohmann::json layout_j = layout_json(layout, rd, cfg.etp);
+  const nlohmann::json layout_j = job::layout_json(layout, rd, cfg.etp);
   if (on_layout) on_layout(layout_j);
 
   // Count live CPU tensor bytes from here on: each metrics line carries the largest rank's peak
@@ -154,11 +159,11 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
                        std::to_string(spec.vocab_size) + " differs from the teacher's " +
                            std::to_string(teacher_spec.vocab_size) + " (" + teacher_path + ")");
     refuse_ep_without_experts(has_moe(spec) || has_moe(teacher_spec));
-    teacher.emplace(load_frozen_teacher(teacher_path, tp, dtype, ep));
+    teacher.emplace(job::load_frozen_teacher(teacher_path, tp, dtype, ep));
     (*teacher)->to(device);
   }
 
-  const RunCheckpoints checkpoints(world, cfg.out + "/checkpoints", cfg.keep_last, "checkpoint");
+  const job::RunCheckpoints checkpoints(world, cfg.out + "/checkpoints", cfg.keep_last, "checkpoint");
   const std::string metrics_path = cfg.out + "/metrics.jsonl";
   const bool resuming = checkpoints.resuming();
 
@@ -196,7 +201,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   WeightOptimizer opt(student, std::move(extra), layout.dp(), &layout.tp(), layout.tp_size(), ocfg, expert_groups);
 
   // ---- data ---------------------------------------------------------------------------
-  const TokenData token_data(cfg.data, cfg.split, cfg.seq_len, cfg.seed);
+  const job::TokenData token_data(cfg.data, cfg.split, cfg.seq_len, cfg.seed);
   auto train_sampler = token_data.sampler(data::Split::Train);
   std::shared_ptr<data::BlendedSampler> eval_sampler;
   if (cfg.eval_interval > 0 && cfg.eval_iters > 0) eval_sampler = token_data.sampler(data::Split::Eval);
@@ -216,13 +221,13 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     step = r.step();
     const nlohmann::json& a = r.attributes();
     tokens_seen = a.value("tokens_seen", int64_t(0));
-    cursor = restore_cursor(a, *train_sampler, path);
+    cursor = job::restore_cursor(a, *train_sampler, path);
     const nlohmann::json& per_rank = a.contains("per_rank") ? a.at("per_rank") : nlohmann::json();
     if (per_rank.is_array() && per_rank.size() == static_cast<size_t>(layout.world_size()) &&
         per_rank[static_cast<size_t>(layout.world_rank())].contains("torch_rng"))
-      set_rng_state_hex(per_rank[static_cast<size_t>(layout.world_rank())]["torch_rng"].get<std::string>());
+      job::set_rng_state_hex(per_rank[static_cast<size_t>(layout.world_rank())]["torch_rng"].get<std::string>());
     if (root) {
-      truncate_metrics(metrics_path, step);  // later lines belong to the lost timeline
+      job::truncate_metrics(metrics_path, step);  // later lines belong to the lost timeline
       std::cout << "resumed from " << path << " at step " << step << " (" << tokens_seen << " tokens)" << std::endl;
     }
   }
@@ -237,7 +242,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   lcfg.intermediate_weight = cfg.intermediate_weight;
   DistillObjective objective(*tp.comm, spec.vocab_size, lcfg, inter);
   auto batch_loss = [&](data::DataLoader& batches, LossParts& parts) {
-    const Batch b = next_batch(batches, cfg.micro_batch, cfg.seq_len, device);
+    const job::Batch b = job::next_batch(batches, cfg.micro_batch, cfg.seq_len, device);
     const Forward s = forward_logits(student, b.input, cfg.recompute == "full");
     Forward t;
     if (objective.kd()) {
@@ -275,7 +280,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
         {"config", run_config},
         {"teacher", teacher_path},
     };
-    checkpoints.save(step, tensors, attrs, {{"torch_rng", rng_state_hex()}}, why);
+    checkpoints.save(step, tensors, attrs, {{"torch_rng", job::rng_state_hex()}}, why);
   };
 
   auto dp_mean = [&](std::vector<double> v) {
@@ -306,7 +311,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     MPI_Allreduce(MPI_IN_PLACE, &p, 1, MPI_INT64_T, MPI_MAX, world);
     return p;
   };
-  MetricsLog metrics(metrics_path, root);
+  job::MetricsLog metrics(metrics_path, root);
   const int64_t tokens_per_step = cfg.micro_batch * cfg.seq_len * cfg.grad_accum * dp;
   const double flops_per_token = 3.0 * model::prefill_flops_per_token(spec, cfg.seq_len) +
                                  (cfg.distill ? model::prefill_flops_per_token(teacher_spec, cfg.seq_len) : 0.0);
@@ -329,7 +334,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
   const int64_t first_step = step;
   LossParts interval;
   double last_norm = 0, last_lr = 0;
-  StepLoop loop;
+  job::StepLoop loop;
   loop.steps = cfg.steps;
   loop.log_interval = cfg.log_interval;
   loop.eval_interval = eval_sampler ? cfg.eval_interval : 0;
@@ -395,7 +400,7 @@ int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& 
     };
   }
   loop.save = save;
-  if (const int rc = run_steps(loop, step, world); rc != 0) return rc;
+  if (const int rc = job::run_steps(loop, step, world); rc != 0) return rc;
   if (root) {
     const double elapsed = std::chrono::duration<double>(clock::now() - t_start).count();
     std::cout << "done: " << cfg.steps << " steps (" << cfg.steps - first_step << " this run) in "

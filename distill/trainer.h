@@ -16,10 +16,6 @@
 
 namespace ac::distill {
 
-// Exit code after a signal-triggered checkpoint: the job wants to be requeued. Slurm
-// clusters list it in RequeueExit (scripts/slurm_cluster.sh does); docs/slurm.md.
-constexpr int kExitRequeue = 75;
-
 struct TrainerConfig {
   bool distill = true;
   // Models
@@ -79,7 +75,7 @@ struct TrainerConfig {
   std::string peak_note;
 };
 
-// Runs the job on `world`. Returns 0 when all steps are done, kExitRequeue after a
+// Runs the job on `world`. Returns 0 when all steps are done, job::kExitRequeue after a
 // signal-triggered checkpoint. Bad input throws ac::InputError; `on_layout` is called once
 // the rank grid is known (the launcher writes the manifest there).
 int run_trainer(const TrainerConfig& cfg, MPI_Comm world, const nlohmann::json& run_config,

@@ -2,7 +2,7 @@
 // (plus any extra parameters, e.g. a distillation projection), on the LR schedule, with the
 // TP partial-gradient reduction before each step, the non-finite step guard, and its state
 // in checkpoints. The trainer (pretrain, distill) and the search's joint weight training
-// (search/das.h `weights_lr`) both step their weights through it.
+// (search/das/das.h `weights_lr`) both step their weights through it.
 #pragma once
 
 #include <torch/torch.h>

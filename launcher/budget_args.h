@@ -10,9 +10,9 @@
 #include "checkpoint/convert.h"
 #include "dist/error.h"
 #include "model/arch_spec.h"
-#include "search/importance.h"
-#include "search/das.h"
-#include "search/minitron.h"
+#include "search/importance/importance.h"
+#include "search/das/das.h"
+#include "search/minitron/minitron.h"
 
 namespace ac::launcher {
 
@@ -52,7 +52,7 @@ inline void read_budget_ratio_options(const boost::program_options::variables_ma
   take("target-throughput-ratio", c.throughput_ratio);
 }
 
-inline void read_budget_options(const boost::program_options::variables_map& vm, search::MinitronConstraints& c) {
+inline void read_budget_options(const boost::program_options::variables_map& vm, search::BudgetLimits& c) {
   auto take = [&](const char* name, double& v) {
     if (vm.count(name)) v = vm[name].as<double>();
   };

@@ -1,6 +1,6 @@
 // `autocompress eval`: LM loss, perplexity, next-token accuracy, bits per byte, last-word
 // accuracy and KL to a teacher of a checkpoint on the held-out split of a tokenized corpus
-// (distill/evaluate.h), one table line + JSON.
+// (eval/evaluate.h), one table line + JSON.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +11,7 @@
 
 #include "dist/error.h"
 #include "dist/runtime.h"
-#include "distill/evaluate.h"
+#include "eval/evaluate.h"
 #include "distill/trainer.h"
 #include "launcher/command.h"
 #include "launcher/tokenizer_arg.h"
@@ -30,7 +30,7 @@ std::string fmt3(double v) {
 }
 
 int run_eval(const po::variables_map& vm, RunContext& ctx) {
-  distill::EvalConfig c;
+  eval::EvalConfig c;
   c.model = vm["model"].as<std::string>();
   if (!std::filesystem::exists(c.model))
     throw InputError(c.model, "--model", "no such checkpoint" + std::string(vm["model"].defaulted()
@@ -71,7 +71,7 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
     std::fprintf(stderr, "eval: %ld/%ld samples, %.1f tokens/s, ETA %.0f s\n", long(done), long(total),
                  rate * double(c.seq_len), double(total - done) / std::max(rate, 1e-9));
   };
-  const distill::EvalResult r = distill::evaluate_lm(c, ctx.runtime.world(), progress);
+  const eval::EvalResult r = eval::evaluate_lm(c, ctx.runtime.world(), progress);
   if (!ctx.runtime.is_root()) return kExitOk;
 
   nlohmann::json j = {{"model", c.model},       {"data", c.data},
@@ -122,7 +122,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
     "eval", "LM loss, perplexity, accuracy, bits/byte, last-word accuracy, KL to a teacher on a corpus's held-out split (TP x DP)",
     [](po::options_description& d) {
       const distill::TrainerConfig t;
-      const distill::EvalConfig e;
+      const eval::EvalConfig e;
       d.add_options()("model", po::value<std::string>()->default_value(kDefaultTeacher)->value_name("CKPT"),
                       "checkpoint (directory with `latest`, or .h5); default: the teacher from scripts/teacher_smollm2.sh")(
           "data", po::value<std::vector<std::string>>()->multitoken()->value_name("[W:]PREFIX"),

@@ -1,5 +1,5 @@
 // `autocompress generate`: text from a checkpoint, decoded with the model's KV cache
-// (model/generate.h), greedy or sampled, optionally wrapped in the ChatML chat template.
+// (eval/generate.h), greedy or sampled, optionally wrapped in the ChatML chat template.
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -20,7 +20,7 @@
 #include "launcher/command.h"
 #include "launcher/config_file.h"
 #include "launcher/tokenizer_arg.h"
-#include "model/generate.h"
+#include "eval/generate.h"
 
 namespace ac::launcher {
 namespace fs = std::filesystem;
@@ -88,7 +88,7 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
   m->to(dev.torch_device());
   m->eval();
 
-  model::SamplingOptions o;
+  eval::SamplingOptions o;
   o.max_new_tokens = vm["max-new-tokens"].as<int64_t>();
   o.temperature = vm["greedy"].as<bool>() ? 0.0 : vm["temperature"].as<double>();
   o.top_p = vm["top-p"].as<double>();
@@ -103,7 +103,7 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
   std::vector<int64_t> so_far;
   size_t printed = 0;
   if (root && !json_out) std::cout << text << std::flush;
-  const auto r = model::generate(m, prompt, o, [&](int64_t id) {
+  const auto r = eval::generate(m, prompt, o, [&](int64_t id) {
     if (!root || json_out) return;
     so_far.push_back(id);
     const std::string s = tok->decode(so_far);

@@ -20,7 +20,7 @@
 #include "dist/runtime.h"
 #include "launcher/command.h"
 #include "model/arch_spec.h"
-#include "search/importance.h"
+#include "search/importance/importance.h"
 
 namespace fs = std::filesystem;
 

@@ -13,7 +13,7 @@
 #include "launcher/command.h"
 #include "model/arch_spec.h"
 #include "search/costmodel/profiles.h"
-#include "search/plan.h"
+#include "search/plan/plan.h"
 
 namespace ac::launcher {
 namespace {

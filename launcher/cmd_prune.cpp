@@ -15,9 +15,9 @@
 #include "model/arch_spec.h"
 #include "launcher/hardware_arg.h"
 #include "search/costmodel/local_profile.h"
-#include "search/importance.h"
-#include "search/minitron.h"
-#include "search/prune.h"
+#include "search/importance/importance.h"
+#include "search/minitron/minitron.h"
+#include "search/prune/prune.h"
 
 namespace ac::launcher {
 namespace {

@@ -33,8 +33,8 @@
 #include "dist/error.h"
 #include "dist/parallel_layout.h"
 #include "dist/runtime.h"
-#include "distill/run_parts.h"
 #include "distill/trainer.h"
+#include "job/signals.h"
 #include "launcher/budget_args.h"
 #include "launcher/command.h"
 #include "launcher/config_file.h"
@@ -42,7 +42,7 @@
 #include "model/arch_spec.h"
 #include "model/model.h"
 #include "search/costmodel/profiles.h"
-#include "search/das.h"
+#include "search/das/das.h"
 
 #ifndef AC_SOURCE_DIR
 #define AC_SOURCE_DIR "."
@@ -691,7 +691,7 @@ int run_call(RunContext& ctx, const Call& c) {
 int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
   dist::Runtime& rt = ctx.runtime;
   const bool root = rt.is_root();
-  distill::StopSignals signals;  // between stages; each stage catches its own
+  job::StopSignals signals;  // between stages; each stage catches its own
   const auto t_run = clock_type::now();
   json manifest = manifest_base;
   manifest["stages"] = json::array();
@@ -702,11 +702,11 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
     const Stage& s = plan.stages[size_t(i)];
     if (const int sig = signals.agree(rt.world())) {
       if (root) {
-        std::cout << "[run] " << distill::signal_name(sig) << ": stopping before stage " << s.name << " (exit 75: rerun to continue)"
+        std::cout << "[run] " << job::signal_name(sig) << ": stopping before stage " << s.name << " (exit 75: rerun to continue)"
                   << std::endl;
-        distill::requeue_after_signal(sig);
+        job::requeue_after_signal(sig);
       }
-      return distill::kExitRequeue;
+      return job::kExitRequeue;
     }
     const fs::path mpath = marker_path(plan, s);
     int action = 0;  // 0 skip, 1 fresh, 2 continue in place
@@ -753,7 +753,7 @@ int run_plan(RunContext& ctx, const RunPlan& plan, const json& manifest_base) {
     for (const auto& c : s.calls) {
       if (root) std::cout << "[run]   $ " << c.text() << std::endl;
       const int rc = run_call(ctx, c);
-      if (rc == distill::kExitRequeue) {
+      if (rc == job::kExitRequeue) {
         if (root) std::cout << "[run] " << s.name << " stopped on a signal (exit 75): rerun the same command to continue" << std::endl;
         return rc;
       }

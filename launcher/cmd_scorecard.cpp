@@ -1,5 +1,5 @@
 // `autocompress scorecard`: candidates measured on this machine with the project's own
-// serving loop next to the cost model's prediction (search/scorecard.h), with `eval`'s quality
+// serving loop next to the cost model's prediction (eval/scorecard.h), with `eval`'s quality
 // when --data is given. Markdown on stdout; JSON, CSV and a manifest in --out.
 #include <algorithm>
 #include <cstdint>
@@ -14,12 +14,12 @@
 #include "dist/error.h"
 #include "dist/omp_env.h"
 #include "dist/runtime.h"
-#include "distill/evaluate.h"
+#include "eval/evaluate.h"
 #include "distill/trainer.h"
 #include "launcher/command.h"
 #include "launcher/hardware_arg.h"
 #include "launcher/tokenizer_arg.h"
-#include "search/scorecard.h"
+#include "eval/scorecard.h"
 
 namespace ac::launcher {
 namespace fs = std::filesystem;
@@ -45,8 +45,8 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
   // ---- inputs: workload, engine, candidates (one vocabulary), requests ------------------------
   const search::Workload workload = search::load_workload(vm["workload"].as<std::string>(), dir);
   const search::EngineProfile engine = search::load_engine(vm["engine"].as<std::string>(), dir);
-  std::vector<search::Candidate> cands;
-  for (const auto& a : args) cands.push_back(search::load_candidate(a));
+  std::vector<eval::Candidate> cands;
+  for (const auto& a : args) cands.push_back(eval::load_candidate(a));
   for (const auto& c : cands)
     if (c.spec.vocab_size != cands[0].spec.vocab_size)
       throw InputError(c.label, "vocab_size",
@@ -57,7 +57,7 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
   // The device of the measurement and the eval, resolved before any model: `--device cuda`
   // without one is refused here.
   const dist::DeviceChoice device = dist::choose_device(vm["device"].as<std::string>(), ctx.runtime.local_rank());
-  search::ScorecardOptions o;
+  eval::ScorecardOptions o;
   o.cuda_index = device.cuda ? device.index : -1;
   if (device.cuda) {
     const std::string d = vm["dtype"].as<std::string>();
@@ -80,26 +80,26 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
   o.memory_bytes = mem_gib * double(1ull << 30);
   o.warmup = !vm["no-warmup"].as<bool>();
   o.clock = vm["clock"].as<std::string>();
-  (void)search::scorecard_cpu_clock(o);  // a bad --clock exits 2 before anything runs
+  (void)eval::scorecard_cpu_clock(o);  // a bad --clock exits 2 before anything runs
 
-  search::ScorecardInfo info;
+  eval::ScorecardInfo info;
   info.workload_prompt_tokens = workload.prompt_tokens;
   info.workload_output_tokens = workload.output_tokens;
   const int64_t count = vm["requests-count"].as<int64_t>();
   if (vm.count("requests")) {
-    info.requests = search::read_requests(vm["requests"].as<std::string>());
+    info.requests = eval::read_requests(vm["requests"].as<std::string>());
     info.request_source = "file " + vm["requests"].as<std::string>();
     if (count > 0 && int64_t(info.requests.size()) > count) info.requests.resize(size_t(count));
   } else {
-    info.requests = search::workload_requests(workload, count > 0 ? count : 2 * o.concurrency);
+    info.requests = eval::workload_requests(workload, count > 0 ? count : 2 * o.concurrency);
     info.request_source = "workload " + workload.id;
   }
   info.max_prompt_cap = vm["max-prompt-tokens"].as<int64_t>();
   info.max_output_cap = vm["max-output-tokens"].as<int64_t>();
   if (info.max_prompt_cap < 0 || info.max_output_cap < 0)
     throw InputError("command line", "--max-prompt-tokens", "caps must be >= 0");
-  info.capped = search::cap_requests(info.requests, info.max_prompt_cap, info.max_output_cap);
-  const auto prompts = search::request_prompts(info.requests, cands[0].spec.vocab_size, o.seed);
+  info.capped = eval::cap_requests(info.requests, info.max_prompt_cap, info.max_output_cap);
+  const auto prompts = eval::request_prompts(info.requests, cands[0].spec.vocab_size, o.seed);
 
   // ---- hardware: cpu-local calibrates on first use, at the threads and dtype measured ------------
   HardwareArg h;
@@ -120,15 +120,15 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
   const bool quiet = vm["quiet"].as<bool>();
 
   dist::set_compute_threads(o.threads);
-  std::vector<search::ScorecardRow> rows;
+  std::vector<eval::ScorecardRow> rows;
   for (const auto& c : cands) {
     if (!quiet) std::fprintf(stderr, "scorecard: %s (%s)\n", c.label.c_str(), c.has_weights ? "checkpoint" : "architecture, random weights");
-    search::ScorecardRow row = search::score_candidate(c, info.requests, prompts, hw.profile, engine, workload, o,
+    eval::ScorecardRow row = eval::score_candidate(c, info.requests, prompts, hw.profile, engine, workload, o,
                                                        [&](const std::string& line) {
                                                          if (!quiet) std::fprintf(stderr, "%s\n", line.c_str());
                                                        });
     if (!data.empty() && c.has_weights) {
-      distill::EvalConfig e;
+      eval::EvalConfig e;
       e.model = c.path;
       e.data = data;
       e.split = vm["split"].as<std::string>();
@@ -143,7 +143,7 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
       e.last_word_docs = vm["last-word-docs"].as<int64_t>();
       if (vm.count("teacher")) e.teacher = vm["teacher"].as<std::string>();
       if (!quiet) std::fprintf(stderr, "scorecard: %s: eval (%ld samples x %ld tokens)\n", c.label.c_str(), long(e.samples), long(e.seq_len));
-      const distill::EvalResult r = distill::evaluate_lm(e, ctx.runtime.world());
+      const eval::EvalResult r = eval::evaluate_lm(e, ctx.runtime.world());
       row.quality = {{"split", e.split},      {"seq_len", e.seq_len},       {"tokens", r.tokens},
                      {"loss", r.loss},        {"perplexity", r.perplexity}, {"accuracy", r.accuracy}};
       if (r.bits_per_byte) row.quality["bits_per_byte"] = *r.bits_per_byte;
@@ -154,16 +154,16 @@ int run_scorecard(const po::variables_map& vm, RunContext& ctx) {
     rows.push_back(std::move(row));
   }
 
-  std::cout << search::scorecard_markdown(rows, info, o);
+  std::cout << eval::scorecard_markdown(rows, info, o);
   if (vm.count("out")) {
     const fs::path out = vm["out"].as<std::string>();
     fs::create_directories(out);
-    nlohmann::json j = search::scorecard_json(rows, info, o);
+    nlohmann::json j = eval::scorecard_json(rows, info, o);
     j["hardware_profile"] = hw.path;
     if (!hw.mismatch.empty()) j["hardware_mismatch"] = hw.mismatch;
     write_atomically(out / "scorecard.json", j.dump(2) + "\n");
-    write_atomically(out / "scorecard.csv", search::scorecard_csv(rows));
-    write_atomically(out / "scorecard.md", search::scorecard_markdown(rows, info, o));
+    write_atomically(out / "scorecard.csv", eval::scorecard_csv(rows));
+    write_atomically(out / "scorecard.md", eval::scorecard_markdown(rows, info, o));
     ctx.write_manifest(out.string(), {{"world_size", ctx.runtime.world_size()}, {"threads", o.threads}});
     std::cerr << "scorecard: wrote " << (out / "scorecard.json").string() << ", scorecard.csv, scorecard.md, manifest.json\n";
   }

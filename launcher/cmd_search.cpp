@@ -1,4 +1,4 @@
-// `autocompress search`: the AutoCompress differentiable architecture search (search/das.h).
+// `autocompress search`: the AutoCompress differentiable architecture search (search/das/das.h).
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -10,12 +10,13 @@
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "distill/trainer.h"
+#include "job/signals.h"
 #include "launcher/budget_args.h"
 #include "launcher/command.h"
 #include "launcher/hardware_arg.h"
 #include "search/costmodel/local_profile.h"
-#include "search/das.h"
-#include "search/importance.h"
+#include "search/das/das.h"
+#include "search/importance/importance.h"
 
 namespace ac::launcher {
 namespace {
@@ -105,7 +106,7 @@ int run_search_cmd(const po::variables_map& vm, RunContext& ctx) {
   const auto r = search::run_search(o, scores, ctx.runtime.world(),
                                     [&](const nlohmann::json& layout) { ctx.write_manifest(o.out, layout); });
   if (o.check_only) return kExitOk;
-  return r.stopped ? distill::kExitRequeue : kExitOk;
+  return r.stopped ? job::kExitRequeue : kExitOk;
 }
 
 AC_REGISTER_SUBCOMMAND((Subcommand{

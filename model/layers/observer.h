@@ -21,7 +21,7 @@ enum class ObservePoint {
   MambaX,           // [B, T, local_heads * head_dim]: the x part of in_proj's output (before the conv)
   SharedDownInput,  // [rows, local_shared_ffn]: input of the shared expert's down_proj
   MoeLatent,        // [rows, latent]: output of fc1_latent_proj (replicated over TP)
-  // Points only modify() sees (the masks of the architecture search, search/das.h):
+  // Points only modify() sees (the masks of the architecture search, search/das/das.h):
   EmbedOut,         // [B, T, hidden]: the embedding lookup (layer -1), before the first layer
   MixerOut,         // [B, T, hidden]: the mixer's output before the residual add (replicated over TP)
   FfnOut,           // [B, T, hidden]: the MLP / MoE output before the residual add (replicated over TP)
@@ -49,7 +49,7 @@ class ActivationObserver {
   // prefix) pairs of its output with only that set's experts (the router choosing among them
   // exactly as a router without the others' rows would) and that many routed experts per token:
   // the expected output when the weights are probabilities, linear and differentiable in them
-  // (search masks, search/das.h).
+  // (search masks, search/das/das.h).
   virtual void modify_routing(int /*layer*/, at::Tensor& /*expert_sets*/, at::Tensor& /*expert_weights*/,
                               at::Tensor& /*slot_sets*/, at::Tensor& /*slot_weights*/) {}
   // May replace the input of routed expert `expert`'s down projection ([n, expert_ffn]) as

@@ -189,7 +189,7 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     if (!(c.gemv_fixed + c.gemv_per_byte + c.gemv_per_out > 0)) f.fail("decode_step.gemv_fixed_s", "the GEMM terms are all 0");
     c.measured = true;
   }
-  if (f.has("interconnect")) {  // optional, for training plans (search/plan.h)
+  if (f.has("interconnect")) {  // optional, for training plans (search/plan/plan.h)
     const json& x = j.at("interconnect");
     if (!x.is_object()) f.fail("interconnect", "expected an object with intra_node_bandwidth, inter_node_bandwidth");
     auto& ic = h.interconnect;

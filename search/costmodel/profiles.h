@@ -69,7 +69,7 @@ struct HardwareProfile {
   // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):
   // `cost validate` re-times a few of them to say how fast this machine runs now.
   std::map<std::string, double> calibration_seconds;
-  // Optional `interconnect` block (training plans, search/plan.h): per-GPU bandwidth in one
+  // Optional `interconnect` block (training plans, search/plan/plan.h): per-GPU bandwidth in one
   // direction within a node (NVLink) and across nodes (the GPU's NIC), the achieved fraction of
   // it for large NCCL collectives, and GPUs per node of the reference system. Absent (0) on
   // profiles without one: `plan` then gives memory but no communication times.

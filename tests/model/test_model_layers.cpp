@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "dist/error.h"
-#include "model/generate.h"
+#include "eval/generate.h"
 #include "model/hf_import.h"
 #include "model/layers/attention.h"
 #include "model/layers/common.h"
@@ -13,6 +13,7 @@
 
 using namespace ac::model;
 using namespace ac::model::testing;
+using namespace ac::eval;  // generate, generate_static_batch (eval/generate.h)
 
 // The layers' SiLU (fp32 kernels for bf16/fp16 on LibTorch 1.x): forward and gradient are the
 // fp32 SiLU's, rounded once to the input dtype, in and out of grad mode; fp32 is torch::silu.

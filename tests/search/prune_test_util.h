@@ -14,7 +14,7 @@
 #include "checkpoint/model_state.h"
 #include "dist/communicator.h"
 #include "model/model.h"
-#include "search/importance.h"
+#include "search/importance/importance.h"
 
 namespace ac::prune_test {
 

@@ -1,4 +1,4 @@
-// The AutoCompress search (search/das.h): the soft cost equals the exact cost model at hard
+// The AutoCompress search (search/das/das.h): the soft cost equals the exact cost model at hard
 // picks; every repaired pick meets every budget by the exact model (random budgets on toy
 // teachers); impossible budgets and bad axes are refused before any forward; on a toy teacher
 // whose data it generated itself, dead units and a dead sublayer are what the search removes
@@ -20,8 +20,8 @@
 #include "dist/error.h"
 #include "search/costmodel/cost_model.h"
 #include "search/costmodel/differentiable.h"
-#include "search/das.h"
-#include "search/prune.h"
+#include "search/das/das.h"
+#include "search/prune/prune.h"
 #include "tests/search/prune_test_util.h"
 
 using namespace ac;

@@ -1,4 +1,4 @@
-// Importance scores (search/importance.h) on a small hybrid teacher (Mamba-2, attention, MLP,
+// Importance scores (search/importance/importance.h) on a small hybrid teacher (Mamba-2, attention, MLP,
 // MoE with shared expert and latent projections) with some units zeroed by construction:
 // the file round-trips, the scores do not depend on the TP x DP layout (every TP size that
 // divides the world against TP 1 x DP 1 on one rank), zeroed units score zero, and damaged
@@ -20,7 +20,7 @@
 #include "data/indexed_dataset.h"
 #include "dist/error.h"
 #include "model/model.h"
-#include "search/importance.h"
+#include "search/importance/importance.h"
 
 namespace fs = std::filesystem;
 using namespace ac;

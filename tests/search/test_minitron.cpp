@@ -1,4 +1,4 @@
-// The Minitron baseline (search/minitron.h): grid rules, every candidate within the budget by
+// The Minitron baseline (search/minitron/minitron.h): grid rules, every candidate within the budget by
 // the exact cost model and the ArchSpec counts (and every excluded one outside it), an
 // impossible budget refused with the smallest reachable value, and on a toy teacher whose
 // data it generated itself, the one candidate that removes only dead FFN neurons is chosen
@@ -12,8 +12,8 @@
 #include "data/indexed_dataset.h"
 #include "dist/error.h"
 #include "search/costmodel/cost_model.h"
-#include "search/minitron.h"
-#include "search/prune.h"
+#include "search/minitron/minitron.h"
+#include "search/prune/prune.h"
 #include "tests/search/prune_test_util.h"
 
 using namespace ac;
@@ -85,7 +85,7 @@ TEST(Minitron, EveryCandidateMeetsTheBudgetByTheExactCostModel) {
   }
   std::sort(tpot.begin(), tpot.end());
   std::sort(params.begin(), params.end());
-  search::MinitronConstraints c;
+  search::BudgetLimits c;
   c.tpot_ms = tpot[tpot.size() / 2];
   c.params = params[params.size() * 3 / 4];
   c.memory_gb = 1e6;
@@ -103,7 +103,7 @@ TEST(Minitron, EveryCandidateMeetsTheBudgetByTheExactCostModel) {
     EXPECT_TRUE(p.fits);
     EXPECT_LE(p.tpot_s * 1e3, c.tpot_ms);
     EXPECT_DOUBLE_EQ(k.tpot_s, p.tpot_s);
-    EXPECT_DOUBLE_EQ(k.memory_bytes, search::minitron_memory_bytes(k.spec, target));
+    EXPECT_DOUBLE_EQ(k.memory_bytes, search::target_memory_bytes(k.spec, target));
     EXPECT_LE(double(model::count_params(k.spec).total()), c.params);
     EXPECT_EQ(search::is_sub_architecture(spec, k.spec), "");
   }
@@ -131,7 +131,7 @@ TEST(Minitron, ImpossibleBudgetNamesTheSmallestReachable) {
   }
   EXPECT_EQ(search::minitron_grid(spec, scores, {smallest}, nullptr).feasible.size(), 1u);
   const auto target = gpu_target();
-  search::MinitronConstraints c;
+  search::BudgetLimits c;
   c.tpot_ms = 1e-9;
   try {
     search::minitron_grid(spec, scores, c, &target);

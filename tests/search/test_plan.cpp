@@ -1,4 +1,4 @@
-// search/plan.h against published figures: mixed-precision Adam bytes per parameter (ZeRO
+// search/plan/plan.h against published figures: mixed-precision Adam bytes per parameter (ZeRO
 // paper, Megatron's distributed-optimizer table), Korthikanti et al.'s activation memory per
 // transformer layer (with TP, SP, selective and full recompute), ZeRO's communication volume,
 // and the issue-20 claims about Nemotron 3 Super 120B -> 74B on 80 GB GPUs.
@@ -11,7 +11,7 @@
 #include "dist/error.h"
 #include "model/arch_spec.h"
 #include "search/costmodel/profiles.h"
-#include "search/plan.h"
+#include "search/plan/plan.h"
 
 namespace {
 

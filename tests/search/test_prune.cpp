@@ -1,4 +1,4 @@
-// Pruning (search/prune.h), run at 1, 2 and 4 MPI ranks: the teacher's own ArchSpec gives a
+// Pruning (search/prune/prune.h), run at 1, 2 and 4 MPI ranks: the teacher's own ArchSpec gives a
 // bitwise copy; units whose contribution is made exactly zero in the teacher and that get the
 // lowest scores are the ones removed, and the student's logits equal the teacher's (while
 // removing other units does change them); TP 2 / TP 4 students equal the TP 1 student
@@ -17,7 +17,7 @@
 #include "dist/communicator.h"
 #include "dist/error.h"
 #include "model/model.h"
-#include "search/prune.h"
+#include "search/prune/prune.h"
 #include "tests/search/prune_test_util.h"
 
 namespace fs = std::filesystem;

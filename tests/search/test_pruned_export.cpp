@@ -22,8 +22,8 @@
 #include "model/hf_import.h"
 #include "model/model.h"
 #include "model/safetensors.h"
-#include "search/importance.h"
-#include "search/prune.h"
+#include "search/importance/importance.h"
+#include "search/prune/prune.h"
 
 using namespace ac;
 namespace fs = std::filesystem;

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace ac::distill {
+namespace ac::eval {
 
 struct EvalConfig {
   std::string model;                 // checkpoint (directory with `latest`, or .h5)
@@ -69,4 +69,4 @@ struct EvalResult {
 EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world,
                        const std::function<void(int64_t, int64_t)>& progress = nullptr);
 
-}  // namespace ac::distill
+}  // namespace ac::eval

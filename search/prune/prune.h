@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "model/arch_spec.h"
-#include "search/importance.h"
+#include "search/importance/importance.h"
 
 namespace ac::checkpoint { class CheckpointReader; }
 namespace ac::model { class CausalLMImpl; }

@@ -16,29 +16,11 @@
 #include <vector>
 
 #include "model/arch_spec.h"
+#include "search/budget.h"
 #include "search/costmodel/profiles.h"
-#include "search/importance.h"
+#include "search/importance/importance.h"
 
 namespace ac::search {
-
-struct Prediction;
-
-// Budgets; 0 = not given. Counts are ArchSpec counts without MTP; memory, TTFT, TPOT and
-// throughput are cost-model predictions (they need a CostTarget).
-struct MinitronConstraints {
-  double params = 0, active_params = 0;
-  double memory_gb = 0;   // 1e9 bytes: weights + activations + reserve + KV/state of the workload's concurrency
-  double ttft_ms = 0, tpot_ms = 0;
-  double throughput = 0;  // output tokens/s, at least
-  bool any() const;
-  bool needs_cost_model() const;
-};
-
-struct CostTarget {
-  HardwareProfile hardware;
-  EngineProfile engine;
-  Workload workload;
-};
 
 // One axis of the grid: its teacher value, the divisor and the allowed choices (ascending,
 // the teacher's value last).
@@ -77,23 +59,14 @@ struct MinitronGrid {
   std::vector<MinitronCandidate> feasible;  // meet every constraint; largest first
 };
 
-// The divisor rule: Model-Optimizer's divisor, halved while the teacher's value is below 4x it.
-int64_t minitron_divisor(int64_t base, int64_t teacher_value);
-
 // The grid, the constraint filter and the order. Throws ac::InputError naming the option when
 // no candidate meets a budget, with the smallest (largest, for throughput) value reachable.
-MinitronGrid minitron_grid(const model::ArchSpec& teacher, const ImportanceScores& scores, const MinitronConstraints& c,
+MinitronGrid minitron_grid(const model::ArchSpec& teacher, const ImportanceScores& scores, const BudgetLimits& c,
                            const CostTarget* target, const MinitronGridOptions& options = {});
-
-// Memory the constraint compares: weights + activations + reserve + KV cache and state of
-// max(1, workload concurrency) sequences of the workload's context.
-double minitron_memory_bytes(const model::ArchSpec& spec, const CostTarget& target);
-// The same from a prediction already made for that workload.
-double serving_memory_bytes(const Prediction& p, const Workload& workload);
 
 struct MinitronOptions {
   std::string teacher, importance, out;
-  MinitronConstraints constraints;
+  BudgetLimits constraints;
   std::string hardware, engine = "vllm", workload, configs_dir = default_configs_dir();
   std::vector<std::string> data;
   std::string split = "98,1,1";
@@ -126,7 +99,7 @@ MinitronResult run_minitron(const MinitronOptions& options, const ImportanceScor
                             const std::function<void(const nlohmann::json& layout)>& on_layout = nullptr);
 
 // The candidate table (what candidates.json holds; the CSV has the same columns).
-nlohmann::json minitron_table_json(const MinitronGrid& grid, int chosen, const MinitronConstraints& c);
+nlohmann::json minitron_table_json(const MinitronGrid& grid, int chosen, const BudgetLimits& c);
 std::string minitron_table_csv(const MinitronGrid& grid, int chosen);
 
 }  // namespace ac::search

@@ -1,7 +1,7 @@
 // Minitron-style importance (see importance.h and docs/importance.md): the calibration
 // forward with a model::ActivationObserver accumulating per-unit statistics in float64, the
 // reduction over DP and assembly over TP, and the HDF5 file.
-#include "search/importance.h"
+#include "search/importance/importance.h"
 
 #include <hdf5.h>
 #include <torch/torch.h>

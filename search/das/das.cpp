@@ -1,5 +1,5 @@
 // The AutoCompress search (see das.h, docs/search.md).
-#include "search/das.h"
+#include "search/das/das.h"
 
 #include <torch/torch.h>
 
@@ -18,6 +18,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
+#include "checkpoint/model_state.h"
 #include "data/sampler.h"
 #include "data/token_source.h"
 #include "dist/cpu_features.h"
@@ -28,15 +29,20 @@
 #include "dist/tensor_parallel.h"
 #include "distill/kd_loss.h"
 #include "distill/objective.h"
-#include "distill/run_parts.h"
 #include "distill/trainer.h"
 #include "distill/weight_optimizer.h"
-#include "checkpoint/model_state.h"
+#include "job/device.h"
+#include "job/metrics.h"
+#include "job/run_checkpoints.h"
+#include "job/signals.h"
+#include "job/step_loop.h"
+#include "job/teacher.h"
+#include "job/token_data.h"
 #include "model/layers/observer.h"
 #include "model/model.h"
 #include "search/costmodel/cost_model.h"
 #include "search/costmodel/differentiable.h"
-#include "search/prune.h"
+#include "search/prune/prune.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -1040,7 +1046,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   if (!(o.weights_lr >= 0)) throw InputError("--weights-lr", fmt(o.weights_lr), "must be 0 (frozen teacher) or positive");
   if (o.weights_lr > 0 && o.cost_only) throw InputError("--weights-lr", fmt(o.weights_lr), "--cost-only has no weights to train");
   // The device first: `--device cuda` without one stops every rank before any model.
-  const distill::RunDevice rd = distill::choose_run_device(o.device, o.local_rank, o.dtype);
+  const job::RunDevice rd = job::choose_run_device(o.device, o.local_rank, o.dtype);
   const torch::Device dev = rd.device;
   const torch::Dtype dtype = rd.dtype;
 
@@ -1091,13 +1097,13 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     throw InputError(teacher_path, "arch_spec (--tp " + std::to_string(layout.tp_size()) + ")", why);
   const bool root = layout.world_rank() == 0;
   const int dp = layout.dp_size(), dp_rank = layout.dp_rank(), tp_rank = layout.tp_rank(), tp_size = layout.tp_size();
-  const json layout_j = distill::layout_json(layout, rd);
+  const json layout_j = job::layout_json(layout, rd);
   if (on_layout) on_layout(layout_j);
   // The teacher's TP collectives take device tensors; the router's (host, float64) go over MPI.
   model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), rd.choice)};
   model::CausalLM teacher{nullptr};  // cost only: no weights
   if (!o.cost_only) {
-    teacher = distill::load_frozen_teacher(teacher_path, tp, dtype);
+    teacher = job::load_frozen_teacher(teacher_path, tp, dtype);
     teacher->to(dev);
   }
   // With --weights-lr: the masked model is a trainable copy of the teacher (loaded before the
@@ -1106,7 +1112,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   model::CausalLM student{nullptr};
   std::unique_ptr<distill::WeightOptimizer> wopt;
   if (train_weights) {
-    student = distill::load_frozen_teacher(teacher_path, tp, dtype);
+    student = job::load_frozen_teacher(teacher_path, tp, dtype);
     for (auto& p : student->parameters()) p.requires_grad_(true);
     student->to(dev);
     distill::WeightOptimConfig wc;
@@ -1140,7 +1146,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   st.lambda = torch::zeros({int64_t(budgets.size())}, torch::kFloat64);
 
   // Cost only takes seconds: nothing to resume, no checkpoints.
-  std::optional<distill::RunCheckpoints> checkpoints;
+  std::optional<job::RunCheckpoints> checkpoints;
   if (!o.cost_only) checkpoints.emplace(world, o.out + "/search", 2, "search checkpoint");
   if (o.cost_only && root) fs::create_directories(o.out);
   const std::string metrics_path = o.out + "/metrics.jsonl";
@@ -1150,7 +1156,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   std::shared_ptr<data::BlendedSampler> sampler, cal;
   std::optional<data::DataCursor> cursor;
   if (!o.cost_only) {
-    const distill::TokenData token_data(o.data, o.split, o.seq_len, o.seed);
+    const job::TokenData token_data(o.data, o.split, o.seq_len, o.seed);
     sampler = token_data.sampler(data::Split::Train);
     cursor = data::DataCursor::start(*sampler);
     // The candidates' scoring batches (checked here, before any forward).
@@ -1175,9 +1181,9 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     if (!budgets.empty()) st.lambda = r.read("search/lambda").to(torch::kFloat64);
     st.step = r.step();
     st.adam_steps = a.at("adam_steps").get<int64_t>();
-    cursor = distill::restore_cursor(a, *sampler, path);
+    cursor = job::restore_cursor(a, *sampler, path);
     if (root) {
-      distill::truncate_metrics(metrics_path, st.step);
+      job::truncate_metrics(metrics_path, st.step);
       std::cout << "resumed the search from " << path << " at step " << st.step << std::endl;
     }
   }
@@ -1236,7 +1242,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   const int64_t vocab = teacher_spec.vocab_size;
   distill::DistillObjective kd_loss(*tp.comm, vocab, kd_cfg);
   const int64_t tokens_per_step = o.micro_batch * o.seq_len * dp;
-  distill::MetricsLog metrics(metrics_path, root);
+  job::MetricsLog metrics(metrics_path, root);
   if (root) {
     std::cout << "search: " << D << " decisions (" << N << " logits) over " << teacher_spec.layers.size() << " layers, TP "
               << tp_size << " x DP " << dp << ", " << tokens_per_step << " tokens per step, steps " << st.step << " -> "
@@ -1263,7 +1269,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
   distill::WeightOptimizer::Step last_weights;  // --weights-lr: the last weight step
   std::vector<double> soft_values(budgets.size()), limits(budgets.size());  // of the last step
   const double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  distill::StepLoop loop;
+  job::StepLoop loop;
   loop.steps = o.steps;
   loop.log_interval = o.log_interval;
   loop.save_interval = o.save_interval;
@@ -1299,7 +1305,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       kd_value = loss.item<double>();
     } else {
       // The batch, the teacher's logits, the masked teacher's.
-      const distill::Batch batch = distill::next_batch(*loader, o.micro_batch, o.seq_len, dev);
+      const job::Batch batch = job::next_batch(*loader, o.micro_batch, o.seq_len, dev);
       distill::Forward t;
       {
         torch::NoGradGuard ng;
@@ -1412,7 +1418,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     cost_s = 0;
     interval_steps = 0;
   };
-  if (distill::run_steps(loop, st.step, world) == distill::kExitRequeue) {
+  if (job::run_steps(loop, st.step, world) == job::kExitRequeue) {
     res.space = space;
     res.budgets = budgets;
     res.steps_done = st.step;
@@ -1461,7 +1467,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
     torch::NoGradGuard ng;
     std::vector<double> kd_sum(res.candidates.size(), 0.0);
     for (int64_t b = 0; b < o.score_batches; ++b) {
-      const distill::Batch batch = distill::next_batch(cal_loader, o.micro_batch, o.seq_len, dev);
+      const job::Batch batch = job::next_batch(cal_loader, o.micro_batch, o.seq_len, dev);
       const distill::Forward t = distill::forward_logits(teacher, batch.input);
       for (size_t c = 0; c < res.candidates.size(); ++c) {
         std::vector<torch::Tensor> y;

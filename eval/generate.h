@@ -1,4 +1,4 @@
-// Autoregressive decoding of a CausalLM with its inference cache (KV cache for attention,
+// Autoregressive decoding of a model::CausalLM with its inference cache (KV cache for attention,
 // conv + SSM state for Mamba): one prefill of the prompt, then one token per step. Greedy
 // (temperature 0) or temperature + top-p (nucleus) sampling from a seeded generator, so a
 // seed gives the same text at any TP size (every rank draws from the same full logits).
@@ -10,7 +10,7 @@
 
 #include "model/model.h"
 
-namespace ac::model {
+namespace ac::eval {
 
 struct SamplingOptions {
   int64_t max_new_tokens = 64;
@@ -30,15 +30,15 @@ struct GenerationResult {
 int64_t pick_token(const torch::Tensor& logits, const SamplingOptions& options, at::Generator& generator);
 
 // Decodes after `prompt` (non-empty). `on_token(id)` is called as each token is chosen.
-GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
+GenerationResult generate(model::CausalLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& options,
                           const std::function<void(int64_t)>& on_token = nullptr);
 
 // ---- batched serving (static batch): what `autocompress scorecard` measures -------------------
 // Stacks per-sequence caches of the same position along the batch dimension (every layer's
 // K/V and Mamba states); the caches must all be at the same position.
-InferenceCache stack_caches(const std::vector<InferenceCache>& caches);
+model::InferenceCache stack_caches(const std::vector<model::InferenceCache>& caches);
 // Keeps rows `rows` of a stacked cache (sequences that are still decoding).
-void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows);
+void keep_cache_rows(model::InferenceCache& cache, const std::vector<int64_t>& rows);
 
 struct BatchTimings {
   std::vector<std::vector<int64_t>> ids;  // per sequence: the greedy tokens, max_new_tokens[i] of them
@@ -56,8 +56,8 @@ struct BatchTimings {
 // lengths, as serving benchmarks run). Greedy. All prompts must have the same length (the
 // model has no padding mask); ids must be inside the vocabulary. `clock` (seconds, monotonic)
 // times it; default the wall clock (steady_clock).
-BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+BatchTimings generate_static_batch(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                    const std::vector<int64_t>& max_new_tokens,
                                    const std::function<double()>& clock = nullptr);
 
-}  // namespace ac::model
+}  // namespace ac::eval

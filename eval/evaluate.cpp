@@ -1,5 +1,5 @@
 // evaluate_lm: the trainer's eval pass as a stand-alone measurement of a checkpoint.
-#include "distill/evaluate.h"
+#include "eval/evaluate.h"
 
 #include <torch/torch.h>
 
@@ -22,7 +22,7 @@
 #include "distill/kd_loss.h"
 #include "model/model.h"
 
-namespace ac::distill {
+namespace ac::eval {
 
 namespace {
 
@@ -201,8 +201,8 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
       torch::Tensor mask = weight.expand({cfg.micro_batch, cfg.seq_len}).reshape({-1}).to(torch::kFloat32);
       const double kept = mask.sum().item<double>();
       if (kept > 0)
-        kl_sum += vocab_parallel_kl(local.reshape({-1, local.size(2)}), t_local.reshape({-1, t_local.size(2)}), *tp.comm,
-                                    vocab, KdOptions{}, mask)
+        kl_sum += distill::vocab_parallel_kl(local.reshape({-1, local.size(2)}), t_local.reshape({-1, t_local.size(2)}), *tp.comm,
+                                    vocab, distill::KdOptions{}, mask)
                       .item<double>() *
                   kept;
     }
@@ -271,4 +271,4 @@ EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world, const std::functio
   return r;
 }
 
-}  // namespace ac::distill
+}  // namespace ac::eval

@@ -1,6 +1,6 @@
 // The deployment scorecard: one request set through the local serving loop per candidate,
 // measured and predicted (scorecard.h).
-#include "search/scorecard.h"
+#include "eval/scorecard.h"
 
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
@@ -23,17 +23,18 @@
 #include "dist/cpu_features.h"
 #include "dist/device.h"
 #include "dist/error.h"
-#include "model/generate.h"
+#include "dist/tensor_memory.h"
+#include "eval/generate.h"
 #include "model/layers/init.h"
 #include "model/model.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/validate.h"
 
-namespace ac::search {
+namespace ac::eval {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::vector<ServingRequest> workload_requests(const Workload& w, int64_t count) {
+std::vector<ServingRequest> workload_requests(const search::Workload& w, int64_t count) {
   if (count <= 0) throw InputError("command line", "--requests-count", "must be positive");
   return std::vector<ServingRequest>(size_t(count), ServingRequest{w.prompt_tokens, w.output_tokens});
 }
@@ -153,8 +154,8 @@ Candidate load_candidate(const std::string& arg) {
   return c;
 }
 
-Workload scorecard_workload(const Workload& w, const std::vector<ServingRequest>& requests, const ScorecardOptions& o) {
-  Workload p = w;
+search::Workload scorecard_workload(const search::Workload& w, const std::vector<ServingRequest>& requests, const ScorecardOptions& o) {
+  search::Workload p = w;
   double prompt = 0, output = 0;
   int64_t longest = 0;
   for (const auto& r : requests) {
@@ -169,7 +170,7 @@ Workload scorecard_workload(const Workload& w, const std::vector<ServingRequest>
   return p;
 }
 
-EngineProfile scorecard_engine(EngineProfile e, const std::vector<ServingRequest>& requests, int64_t concurrency) {
+search::EngineProfile scorecard_engine(search::EngineProfile e, const std::vector<ServingRequest>& requests, int64_t concurrency) {
   if (e.id != "local-eager") return e;
   int64_t longest = 1;
   for (const auto& r : requests) longest = std::max(longest, r.prompt_tokens);
@@ -211,8 +212,8 @@ std::string device_name(int threads) {
 }  // namespace
 
 ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingRequest>& requests,
-                             const std::vector<std::vector<int64_t>>& prompts, const HardwareProfile& hw_in,
-                             const EngineProfile& engine_in, const Workload& workload, const ScorecardOptions& o,
+                             const std::vector<std::vector<int64_t>>& prompts, const search::HardwareProfile& hw_in,
+                             const search::EngineProfile& engine_in, const search::Workload& workload, const ScorecardOptions& o,
                              const std::function<void(const std::string&)>& progress) {
   if (requests.empty() || prompts.size() != requests.size())
     throw InputError("scorecard", "requests", "no requests to run");
@@ -229,17 +230,17 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
   row.requests = int64_t(requests.size());
 
   // ---- prediction -----------------------------------------------------------------------------
-  HardwareProfile hw = hw_in;
+  search::HardwareProfile hw = hw_in;
   if (o.memory_bytes > 0) hw.memory_bytes = o.memory_bytes, hw.usable_fraction = 1.0;
-  const Workload pw = scorecard_workload(workload, requests, o);
-  const EngineProfile pe = scorecard_engine(engine_in, requests, o.concurrency);
+  const search::Workload pw = scorecard_workload(workload, requests, o);
+  const search::EngineProfile pe = scorecard_engine(engine_in, requests, o.concurrency);
   model::ArchSpec spec = c.spec;
   spec.dtype = o.dtype;
-  row.prediction = predict(spec, hw, pe, pw);
+  row.prediction = search::predict(spec, hw, pe, pw);
   row.context_tokens = pw.context_tokens;
   int64_t longest = 0;
   for (const auto& r : requests) longest = std::max(longest, r.prompt_tokens + r.output_tokens);
-  const Prediction& p = row.prediction;
+  const search::Prediction& p = row.prediction;
   const double seqs = double(std::min<int64_t>(o.concurrency, int64_t(requests.size())));
   row.predicted_peak_bytes =
       p.weight_bytes + p.activation_bytes + seqs * (p.kv_bytes_per_token * double(longest) + p.state_bytes_per_seq);
@@ -264,7 +265,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
                                                     std::to_string(spec.vocab_size));
 
   // ---- measurement ----------------------------------------------------------------------------
-  Stopwatch sw;
+  search::Stopwatch sw;
   sw.cpu_time = scorecard_cpu_clock(o);
   const bool cuda = o.cuda_index >= 0;
   const int gpu = o.cuda_index;
@@ -275,12 +276,12 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
     return sw.now();
   };
   // Live bytes: the counting CPU allocator, or the CUDA caching allocator's statistics.
-  if (!cuda) tensor_memory::install();
-  auto live = [&] { return cuda ? dist::cuda_allocated_bytes(gpu) : tensor_memory::current(); };
-  auto peak = [&] { return cuda ? dist::cuda_peak_allocated_bytes(gpu) : tensor_memory::peak(); };
+  if (!cuda) dist::tensor_memory::install();
+  auto live = [&] { return cuda ? dist::cuda_allocated_bytes(gpu) : dist::tensor_memory::current(); };
+  auto peak = [&] { return cuda ? dist::cuda_peak_allocated_bytes(gpu) : dist::tensor_memory::peak(); };
   auto reset_peak = [&] {
     if (cuda) dist::reset_cuda_peak(gpu);
-    else tensor_memory::reset_peak();
+    else dist::tensor_memory::reset_peak();
   };
   const int64_t base = live();
   try {
@@ -302,7 +303,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
     m->eval();
     if (o.warmup) {  // first-call costs (allocator growth, kernel selection) stay out of the numbers
       const size_t w = std::min<size_t>(prompts[0].size(), 16);
-      (void)model::generate_static_batch(m, {std::vector<int64_t>(prompts[0].begin(), prompts[0].begin() + long(w))},
+      (void)eval::generate_static_batch(m, {std::vector<int64_t>(prompts[0].begin(), prompts[0].begin() + long(w))},
                                          {std::min<int64_t>(3, requests[0].output_tokens + 1)});
     }
     // Serving starts here: the peak counts from the loaded model on (load temporaries excluded).
@@ -321,7 +322,7 @@ ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingReques
       std::vector<std::vector<int64_t>> wp;
       std::vector<int64_t> wo;
       for (size_t i : waves[wi]) wp.push_back(prompts[i]), wo.push_back(requests[i].output_tokens);
-      const model::BatchTimings t = model::generate_static_batch(m, wp, wo, clock);
+      const eval::BatchTimings t = eval::generate_static_batch(m, wp, wo, clock);
       ttft.insert(ttft.end(), t.ttft_s.begin(), t.ttft_s.end());
       queue.insert(queue.end(), t.queue_s.begin(), t.queue_s.end());
       tpot.insert(tpot.end(), t.step_s.begin(), t.step_s.end());
@@ -491,7 +492,7 @@ std::string scorecard_markdown(const std::vector<ScorecardRow>& rows, const Scor
          "quality | status |\n";
   out << "|---|---:|---:|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n";
   for (const auto& r : rows) {
-    const Prediction& p = r.prediction;
+    const search::Prediction& p = r.prediction;
     const bool ok = r.status == "ok";
     out << "| " << md_escape(r.candidate.label) << (r.candidate.has_weights ? "" : " (arch only)") << " | "
         << count_m(r.arch.params) << " | " << count_m(r.arch.active_params) << " | " << layers_text(r.arch) << " | "
@@ -532,7 +533,7 @@ std::string scorecard_csv(const std::vector<ScorecardRow>& rows) {
   out << "\n";
   for (const auto& r : rows) {
     const bool ok = r.status == "ok";
-    const Prediction& p = r.prediction;
+    const search::Prediction& p = r.prediction;
     auto m = [&](double v) { return ok ? num(v) : std::string(); };
     out << q(r.candidate.label) << "," << q(r.candidate.path) << "," << (r.candidate.has_weights ? "checkpoint" : "random")
         << "," << r.arch.params << "," << r.arch.active_params << "," << r.arch.layers << "," << r.arch.attention << ","
@@ -572,7 +573,7 @@ json scorecard_json(const std::vector<ScorecardRow>& rows, const ScorecardInfo& 
           {"threads", o.threads},
           {"dtype", o.dtype},
           {"measured",
-           "this project's serving loop (model/generate.h generate_static_batch): static batches of up to `concurrency` "
+           "this project's serving loop (eval/generate.h generate_static_batch): static batches of up to `concurrency` "
            "consecutive requests of one prompt length; each prompt prefilled alone, then one batched decode step per "
            "token with the KV cache / Mamba state; greedy, fixed output lengths; timed by `clock` (rows)"},
           {"ttft", "a request's own prefill + first token (queue_s: its wait in its batch before that)"},
@@ -582,10 +583,10 @@ json scorecard_json(const std::vector<ScorecardRow>& rows, const ScorecardInfo& 
                                                         : "peak live CPU tensor bytes (counting allocator)") +
                              " from the loaded model through the run, minus the bytes live before the model was built; "
                              "load temporaries excluded"},
-          {"predicted", "search/costmodel predict() at the request set's mean prompt/output lengths, the context and "
+          {"predicted", "search/costmodel search::predict() at the request set's mean prompt/output lengths, the context and "
                         "the concurrency; peak = weights + activations + concurrency x (KV per token x the longest "
                         "request + Mamba state)"},
           {"rows", rj}};
 }
 
-}  // namespace ac::search
+}  // namespace ac::eval

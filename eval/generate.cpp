@@ -1,5 +1,5 @@
 // generate(): prefill once, then decode token by token through the model's cache.
-#include "model/generate.h"
+#include "eval/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -10,11 +10,11 @@
 
 #include "dist/error.h"
 
-namespace ac::model {
+namespace ac::eval {
 
 namespace {
 // The device the model's weights are on: inputs go there, sampled ids come back to the host.
-torch::Device device_of(CausalLM& model) {
+torch::Device device_of(model::CausalLM& model) {
   for (const auto& p : model->parameters()) return p.device();
   return torch::Device(torch::kCPU);
 }
@@ -35,7 +35,7 @@ int64_t pick_token(const torch::Tensor& logits, const SamplingOptions& o, at::Ge
   return torch::multinomial(probs, 1, /*replacement=*/false, generator).item<int64_t>();
 }
 
-GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& o,
+GenerationResult generate(model::CausalLM& model, const std::vector<int64_t>& prompt, const SamplingOptions& o,
                           const std::function<void(int64_t)>& on_token) {
   if (prompt.empty()) throw InputError("generate", "prompt", "is empty: at least one token is needed");
   if (o.temperature < 0) throw InputError("command line", "--temperature", "must be >= 0");
@@ -49,7 +49,7 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
   torch::NoGradGuard ng;
   at::Generator gen = at::detail::createCPUGenerator(o.seed);
   GenerationResult r;
-  InferenceCache cache = model->new_cache(int64_t(prompt.size()) + o.max_new_tokens);
+  model::InferenceCache cache = model->new_cache(int64_t(prompt.size()) + o.max_new_tokens);
   auto t0 = clock::now();
   const torch::Device dev = device_of(model);
   torch::Tensor logits = model->forward(torch::tensor(prompt, torch::kInt64).view({1, -1}).to(dev), &cache);
@@ -70,13 +70,13 @@ GenerationResult generate(CausalLM& model, const std::vector<int64_t>& prompt, c
   return r;
 }
 
-}  // namespace ac::model
+}  // namespace ac::eval
 
-namespace ac::model {
+namespace ac::eval {
 
-InferenceCache stack_caches(const std::vector<InferenceCache>& caches) {
+model::InferenceCache stack_caches(const std::vector<model::InferenceCache>& caches) {
   if (caches.empty()) return {};
-  InferenceCache out;
+  model::InferenceCache out;
   out.position = caches[0].position;
   out.layers.resize(caches[0].layers.size());
   auto cat = [&](auto field) {
@@ -89,7 +89,7 @@ InferenceCache stack_caches(const std::vector<InferenceCache>& caches) {
     return parts.front().defined() ? torch::cat(parts, 0) : torch::Tensor();
   };
   for (size_t i = 0; i < out.layers.size(); ++i) {
-    KvCache& kv = out.layers[i].kv;
+    model::KvCache& kv = out.layers[i].kv;
     kv.capacity = caches[0].layers[i].kv.capacity;
     const torch::Tensor& k0 = caches[0].layers[i].kv.k;
     if (kv.capacity > 0 && k0.defined() && kv.capacity > k0.size(2)) {
@@ -111,16 +111,16 @@ InferenceCache stack_caches(const std::vector<InferenceCache>& caches) {
       kv.k = kv.k_buf.narrow(2, 0, len);
       kv.v = kv.v_buf.narrow(2, 0, len);
     } else {
-      kv.k = cat([i](const InferenceCache& c) { return c.layers[i].kv.k; });
-      kv.v = cat([i](const InferenceCache& c) { return c.layers[i].kv.v; });
+      kv.k = cat([i](const model::InferenceCache& c) { return c.layers[i].kv.k; });
+      kv.v = cat([i](const model::InferenceCache& c) { return c.layers[i].kv.v; });
     }
-    out.layers[i].mamba.conv_state = cat([i](const InferenceCache& c) { return c.layers[i].mamba.conv_state; });
-    out.layers[i].mamba.ssm_state = cat([i](const InferenceCache& c) { return c.layers[i].mamba.ssm_state; });
+    out.layers[i].mamba.conv_state = cat([i](const model::InferenceCache& c) { return c.layers[i].mamba.conv_state; });
+    out.layers[i].mamba.ssm_state = cat([i](const model::InferenceCache& c) { return c.layers[i].mamba.ssm_state; });
   }
   return out;
 }
 
-void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows) {
+void keep_cache_rows(model::InferenceCache& cache, const std::vector<int64_t>& rows) {
   const torch::Tensor idx = torch::tensor(rows, torch::kInt64);
   auto keep = [&](torch::Tensor& t) {
     if (t.defined()) t = t.index_select(0, idx.to(t.device()));
@@ -138,7 +138,7 @@ void keep_cache_rows(InferenceCache& cache, const std::vector<int64_t>& rows) {
   }
 }
 
-BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
+BatchTimings generate_static_batch(model::CausalLM& model, const std::vector<std::vector<int64_t>>& prompts,
                                    const std::vector<int64_t>& max_new_tokens, const std::function<double()>& clock) {
   const auto wall0 = std::chrono::steady_clock::now();
   auto now = [&]() -> double {
@@ -166,7 +166,7 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
   // Room for every position a sequence reaches: the KV cache is preallocated, not grown.
   const int64_t capacity = int64_t(prompts[0].size()) + *std::max_element(max_new_tokens.begin(), max_new_tokens.end());
   const double t0 = now();
-  std::vector<InferenceCache> caches(n);
+  std::vector<model::InferenceCache> caches(n);
   for (size_t i = 0; i < n; ++i) {
     const double a = now();
     r.queue_s[i] = secs(t0, a);
@@ -177,11 +177,11 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
   }
   // Rows still decoding (a sequence is done once it has max_new_tokens tokens).
   std::vector<int64_t> live;  // indices into prompts
-  std::vector<InferenceCache> live_caches;
+  std::vector<model::InferenceCache> live_caches;
   for (size_t i = 0; i < n; ++i)
     if (max_new_tokens[i] > 1) live.push_back(int64_t(i)), live_caches.push_back(std::move(caches[i]));
   caches.clear();
-  InferenceCache cache = stack_caches(live_caches);
+  model::InferenceCache cache = stack_caches(live_caches);
   live_caches.clear();
   while (!live.empty()) {
     std::vector<int64_t> last;
@@ -204,4 +204,4 @@ BatchTimings generate_static_batch(CausalLM& model, const std::vector<std::vecto
   return r;
 }
 
-}  // namespace ac::model
+}  // namespace ac::eval

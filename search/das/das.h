@@ -27,9 +27,9 @@
 
 #include "model/arch_spec.h"
 #include "model/layers/observer.h"
+#include "search/budget.h"
 #include "search/costmodel/profiles.h"
-#include "search/importance.h"
-#include "search/minitron.h"
+#include "search/importance/importance.h"
 
 namespace ac::search {
 
@@ -38,10 +38,10 @@ namespace ac::search {
 enum class Metric { Params, ActiveParams, Memory, Ttft, Tpot, Throughput };
 const char* metric_name(Metric m);  // params active_params memory_gb ttft_ms tpot_ms throughput
 
-// Absolute budgets (MinitronConstraints: the same meaning as `minitron` gives them) and the same
+// Absolute budgets (BudgetLimits: the same meaning as `minitron` gives them) and the same
 // budgets as ratios of the teacher's own value on the same target (0 = not given).
 struct SearchConstraints {
-  MinitronConstraints absolute;
+  BudgetLimits absolute;
   double params_ratio = 0, active_params_ratio = 0, memory_ratio = 0, ttft_ratio = 0, tpot_ratio = 0,
          throughput_ratio = 0;
   bool any() const;

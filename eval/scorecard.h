@@ -1,6 +1,6 @@
 // The deployment scorecard (`autocompress scorecard`): candidates (checkpoints, or bare
 // architectures with random weights) driven by one request set through this project's own
-// serving loop (model/generate.h generate_static_batch: batch-1 prefills, batched decode with
+// serving loop (eval/generate.h generate_static_batch: batch-1 prefills, batched decode with
 // the KV cache / Mamba state), measured here (TTFT, TPOT, output tokens/s, peak tensor memory)
 // next to the cost model's prediction of each (cost_model.h predict) and its error.
 // docs/scorecard.md.
@@ -16,14 +16,14 @@
 #include "search/costmodel/cost_model.h"
 #include "search/costmodel/profiles.h"
 
-namespace ac::search {
+namespace ac::eval {
 
 struct ServingRequest {
   int64_t prompt_tokens = 0, output_tokens = 0;
 };
 
 // `count` requests of the workload's prompt and output lengths.
-std::vector<ServingRequest> workload_requests(const Workload& w, int64_t count);
+std::vector<ServingRequest> workload_requests(const search::Workload& w, int64_t count);
 // A request file: one request per line, "PROMPT_TOKENS OUTPUT_TOKENS" (space, tab or comma
 // between them; blank lines and lines starting with # skipped). An empty file, a malformed
 // line or a non-positive length throws ac::InputError naming the file and line.
@@ -93,7 +93,7 @@ struct ScorecardRow {
   double output_tok_s = 0;
   double peak_bytes = 0;  // peak live CPU tensor bytes from the loaded model on (weights included)
   // predicted
-  Prediction prediction;
+  search::Prediction prediction;
   double predicted_peak_bytes = 0;  // weights + activations + concurrency x the run's KV/state
   nlohmann::json quality;           // `eval` of the candidate (null when not asked or no weights)
   nlohmann::json to_json() const;
@@ -113,14 +113,14 @@ struct ScorecardInfo {
 // run with the same requests and prompt ids. Bad input throws ac::InputError; a failure of
 // the run itself (out of memory) becomes a "failed" row.
 ScorecardRow score_candidate(const Candidate& c, const std::vector<ServingRequest>& requests,
-                             const std::vector<std::vector<int64_t>>& prompts, const HardwareProfile& hw,
-                             const EngineProfile& engine, const Workload& workload, const ScorecardOptions& o,
+                             const std::vector<std::vector<int64_t>>& prompts, const search::HardwareProfile& hw,
+                             const search::EngineProfile& engine, const search::Workload& workload, const ScorecardOptions& o,
                              const std::function<void(const std::string&)>& progress = nullptr);
 
 // The workload the cost model is asked about: the request set's mean prompt and output lengths,
 // the context (option or workload's, at least the longest request) and the concurrency.
-Workload scorecard_workload(const Workload& w, const std::vector<ServingRequest>& requests, const ScorecardOptions& o);
-EngineProfile scorecard_engine(EngineProfile e, const std::vector<ServingRequest>& requests, int64_t concurrency);
+search::Workload scorecard_workload(const search::Workload& w, const std::vector<ServingRequest>& requests, const ScorecardOptions& o);
+search::EngineProfile scorecard_engine(search::EngineProfile e, const std::vector<ServingRequest>& requests, int64_t concurrency);
 
 std::string scorecard_markdown(const std::vector<ScorecardRow>& rows, const ScorecardInfo& info,
                                const ScorecardOptions& o);
@@ -128,4 +128,4 @@ std::string scorecard_csv(const std::vector<ScorecardRow>& rows);
 nlohmann::json scorecard_json(const std::vector<ScorecardRow>& rows, const ScorecardInfo& info,
                               const ScorecardOptions& o);
 
-}  // namespace ac::search
+}  // namespace ac::eval

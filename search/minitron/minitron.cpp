@@ -1,7 +1,7 @@
 // The Minitron baseline (see minitron.h): grid, constraint filter, scoring without
 // retraining, the chosen student and the candidate table.
 #include "dist/progress.h"
-#include "search/minitron.h"
+#include "search/minitron/minitron.h"
 
 #include <torch/torch.h>
 
@@ -31,7 +31,7 @@
 #include "dist/tensor_parallel.h"
 #include "model/model.h"
 #include "search/costmodel/cost_model.h"
-#include "search/prune.h"
+#include "search/prune/prune.h"
 
 namespace fs = std::filesystem;
 
@@ -156,26 +156,7 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-bool MinitronConstraints::any() const {
-  return params > 0 || active_params > 0 || memory_gb > 0 || ttft_ms > 0 || tpot_ms > 0 || throughput > 0;
-}
-bool MinitronConstraints::needs_cost_model() const { return memory_gb > 0 || ttft_ms > 0 || tpot_ms > 0 || throughput > 0; }
-
-int64_t minitron_divisor(int64_t base, int64_t teacher_value) {
-  int64_t d = base;
-  while (d > 1 && teacher_value < 4 * d) d = std::max<int64_t>(1, d / 2);
-  return d;
-}
-
-double minitron_memory_bytes(const model::ArchSpec& spec, const CostTarget& target) {
-  return serving_memory_bytes(predict(spec, target.hardware, target.engine, target.workload), target.workload);
-}
-
-double serving_memory_bytes(const Prediction& p, const Workload& workload) {
-  return p.weight_bytes + p.activation_bytes + p.reserved_bytes + double(std::max<int64_t>(1, workload.concurrency)) * p.bytes_per_seq;
-}
-
-MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& scores, const MinitronConstraints& c,
+MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& scores, const BudgetLimits& c,
                            const CostTarget* target, const MinitronGridOptions& o) {
   for (const auto& a : o.skip_axes)
     if (std::find(axis_names().begin(), axis_names().end(), a) == axis_names().end())
@@ -332,7 +313,7 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
   return g;
 }
 
-nlohmann::json minitron_table_json(const MinitronGrid& g, int chosen, const MinitronConstraints& c) {
+nlohmann::json minitron_table_json(const MinitronGrid& g, int chosen, const BudgetLimits& c) {
   nlohmann::json axes = nlohmann::json::array();
   for (const auto& a : g.axes) axes.push_back({{"name", a.name}, {"teacher", a.teacher}, {"divisor", a.divisor}, {"choices", a.choices}});
   nlohmann::json rows = nlohmann::json::array();

@@ -1,6 +1,6 @@
-// The training-side planner (search/plan.h): per-GPU memory, communication per step and a
+// The training-side planner (search/plan/plan.h): per-GPU memory, communication per step and a
 // step-time estimate for distillation, importance and search jobs. Formulas: docs/plan.md.
-#include "search/plan.h"
+#include "search/plan/plan.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Structured pruning (see prune.h): the sub-architecture rules, the per-axis plan of kept
 // teacher indices, and the sliced reads that fill a (TP-sharded) student from the teacher's
 // checkpoint.
-#include "search/prune.h"
+#include "search/prune/prune.h"
 
 #include "model/layers/init.h"
 

@@ -1,0 +1,33 @@
+// The job's metrics (job/metrics.h).
+#include "job/metrics.h"
+
+#include <filesystem>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace ac::job {
+
+void truncate_metrics(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  std::ostringstream kept;
+  for (std::string line; std::getline(in, line);) {
+    try {
+      const auto j = nlohmann::json::parse(line);
+      if (j.value("step", int64_t(0)) <= step) kept << line << "\n";
+    } catch (const std::exception&) {
+    }
+  }
+  std::ofstream out(path + ".tmp", std::ios::trunc);
+  out << kept.str();
+  out.close();
+  fs::rename(path + ".tmp", path);
+}
+
+void MetricsLog::write(const nlohmann::json& line) {
+  if (!root_) return;
+  if (!out_) out_ = std::make_unique<std::ofstream>(path_, std::ios::app);
+  *out_ << line.dump() << "\n" << std::flush;
+}
+
+}  // namespace ac::job
