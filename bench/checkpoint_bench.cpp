@@ -127,20 +127,17 @@ PlainPhases plain_write(const std::vector<checkpoint::ShardedTensor>& state, con
   return ph;
 }
 
-}  // namespace
-
-std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& opt) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const std::string load_before = load_average();
-  if (rank == 0) fs::create_directories(opt.dir);
-  MPI_Barrier(comm);
-
-  // The state: tensors of ~tensor_bytes, rows split over ranks, alternating f32 and bf16.
-  const int64_t cols = 4096;
+// The state: tensors of ~tensor_bytes, rows split over ranks, alternating f32 and bf16; the
+// same slices by name for safetensors.
+struct BenchState {
   std::vector<checkpoint::ShardedTensor> state;
-  std::vector<std::pair<std::string, torch::Tensor>> named;  // the same slices, for safetensors
+  std::vector<std::pair<std::string, torch::Tensor>> named;
+  int64_t total = 0;  // bytes over all ranks
+};
+
+BenchState make_state(MPI_Comm comm, const CheckpointBenchOptions& opt, int rank, int size) {
+  const int64_t cols = 4096;
+  BenchState b;
   int64_t my_bytes = 0;
   for (int64_t done = 0, i = 0; done < opt.total_bytes; ++i) {
     const auto dt = (i % 2 == 0) ? torch::kBFloat16 : torch::kFloat;
@@ -148,145 +145,162 @@ std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& op
     const int64_t rows = std::max<int64_t>(size, opt.tensor_bytes / esize / cols / size * size);
     const int64_t mine = rows / size;
     torch::Tensor local = torch::rand({mine, cols}).to(dt);
-    state.push_back({"model/t" + std::to_string(i), {rows, cols}, {mine * rank, 0}, local, true});
-    named.emplace_back(state.back().name, local);
+    b.state.push_back({"model/t" + std::to_string(i), {rows, cols}, {mine * rank, 0}, local, true});
+    b.named.emplace_back(b.state.back().name, local);
     done += rows * cols * esize;
     my_bytes += mine * cols * esize;
   }
-  int64_t total = 0;
-  MPI_Allreduce(&my_bytes, &total, 1, MPI_INT64_T, MPI_SUM, comm);
+  MPI_Allreduce(&my_bytes, &b.total, 1, MPI_INT64_T, MPI_SUM, comm);
+  return b;
+}
 
-  const std::string tag = "rank" + std::to_string(rank);
-  auto plain_path = [&](int rep) { return fs::path(opt.dir) / ("plain_" + tag + "_" + std::to_string(rep) + ".bin"); };
-  auto wb_path = [&](int rep) { return fs::path(opt.dir) / ("plainwb_" + tag + "_" + std::to_string(rep) + ".bin"); };
-  auto st_path = [&](int rep) {
-    return fs::path(opt.dir) / ("st_" + tag + "_" + std::to_string(rep) + ".safetensors");
-  };
-  const std::string ckdir = (fs::path(opt.dir) / "ckpt").string();
-  // Leftovers of an earlier (interrupted) run would change what the deletes cost.
+// This rank's files of repeat `rep` in the scratch directory.
+struct BenchPaths {
+  std::string dir, tag;
+  fs::path plain(int rep) const { return fs::path(dir) / ("plain_" + tag + "_" + std::to_string(rep) + ".bin"); }
+  fs::path wb(int rep) const { return fs::path(dir) / ("plainwb_" + tag + "_" + std::to_string(rep) + ".bin"); }
+  fs::path st(int rep) const { return fs::path(dir) / ("st_" + tag + "_" + std::to_string(rep) + ".safetensors"); }
+  std::string ckdir() const { return (fs::path(dir) / "ckpt").string(); }
+};
+
+// Leftovers of an earlier (interrupted) run would change what the deletes cost.
+void remove_leftovers(MPI_Comm comm, const std::string& dir, int rank) {
   if (rank == 0) {
-    for (const auto& e : fs::directory_iterator(opt.dir)) {
+    for (const auto& e : fs::directory_iterator(dir)) {
       const std::string f = e.path().filename().string();
       if (f.rfind("plain", 0) == 0 || f.rfind("st_", 0) == 0 || f == "ckpt") fs::remove_all(e.path());
     }
   }
   MPI_Barrier(comm);
+}
 
+// Seconds per repeat of each kind of write and read, and where the writes spent them.
+struct Measured {
   std::vector<double> w_plain, w_wb, w_ck, w_st, r_plain, r_ck;
   std::vector<checkpoint::SaveTimings> phases;
   std::vector<PlainPhases> plain_phases, wb_phases;
   bool dropped = true;
   std::string ck_path;
-  for (int rep = 0; rep < opt.repeats; ++rep) {
-    auto plain = [&] {
-      PlainPhases ph;
-      w_plain.push_back(timed(comm, [&] { ph = plain_write(state, plain_path(rep), rep ? plain_path(rep - 1) : "", 0); }));
-      plain_phases.push_back(ph);
-    };
-    auto plain_wb = [&] {
-      PlainPhases ph;
-      w_wb.push_back(timed(comm, [&] { ph = plain_write(state, wb_path(rep), rep ? wb_path(rep - 1) : "", opt.write_behind_bytes); }));
-      wb_phases.push_back(ph);
-    };
-    auto ckpt = [&] {
-      checkpoint::SaveTimings tm;
-      w_ck.push_back(timed(comm, [&] {
-        checkpoint::SaveOptions so;
-        so.keep_last = 1;
-        so.write_behind_bytes = opt.write_behind_bytes;
-        so.timings = &tm;
-        ck_path = checkpoint::save_checkpoint(comm, ckdir, rep + 1, state, {{"bench", "checkpoint"}}, nullptr, so);
-      }));
-      phases.push_back(tm);
-    };
-    auto safetensors = [&] {
-      w_st.push_back(timed(comm, [&] {
-        model::write_safetensors_file(st_path(rep).string(), named);
-        fsync_file(st_path(rep));
-        if (rep > 0) fs::remove(st_path(rep - 1));
-      }));
-    };
-    if (rep % 2 == 0) {
-      plain();
-      ckpt();
-      plain_wb();
-      safetensors();
-    } else {
-      safetensors();
-      plain_wb();
-      ckpt();
-      plain();
-    }
+};
 
-    auto read_plain = [&] {
-      dropped = drop_page_cache(comm, opt.drop_caches) && dropped;
-      r_plain.push_back(timed(comm, [&] {
-        const int fd = ::open(plain_path(rep).c_str(), O_RDONLY);
-        std::vector<char> buf(size_t(64) << 20);
-        while (::read(fd, buf.data(), buf.size()) > 0) {
-        }
-        ::close(fd);
-      }));
-    };
-    auto read_ckpt = [&] {
-      dropped = drop_page_cache(comm, opt.drop_caches) && dropped;
-      r_ck.push_back(timed(comm, [&] {
-        checkpoint::CheckpointReader reader(ck_path);
-        for (auto& t : state) {
-          torch::Tensor back = reader.read(t.name, t.offset, t.local.sizes().vec());
-          if (back.numel() != t.local.numel()) throw std::runtime_error("bench: short read");
-        }
-      }));
-    };
-    if (rep % 2 == 0) {
-      read_plain();
-      read_ckpt();
-    } else {
-      read_ckpt();
-      read_plain();
-    }
+// The four writes of repeat `rep`, in alternating order (even repeats forward, odd backward).
+void write_round(MPI_Comm comm, const CheckpointBenchOptions& opt, int rep, const BenchState& b, const BenchPaths& paths,
+                 Measured& m) {
+  auto plain = [&] {
+    PlainPhases ph;
+    m.w_plain.push_back(timed(comm, [&] { ph = plain_write(b.state, paths.plain(rep), rep ? paths.plain(rep - 1) : "", 0); }));
+    m.plain_phases.push_back(ph);
+  };
+  auto plain_wb = [&] {
+    PlainPhases ph;
+    m.w_wb.push_back(timed(comm, [&] { ph = plain_write(b.state, paths.wb(rep), rep ? paths.wb(rep - 1) : "", opt.write_behind_bytes); }));
+    m.wb_phases.push_back(ph);
+  };
+  auto ckpt = [&] {
+    checkpoint::SaveTimings tm;
+    m.w_ck.push_back(timed(comm, [&] {
+      checkpoint::SaveOptions so;
+      so.keep_last = 1;
+      so.write_behind_bytes = opt.write_behind_bytes;
+      so.timings = &tm;
+      m.ck_path = checkpoint::save_checkpoint(comm, paths.ckdir(), rep + 1, b.state, {{"bench", "checkpoint"}}, nullptr, so);
+    }));
+    m.phases.push_back(tm);
+  };
+  auto safetensors = [&] {
+    m.w_st.push_back(timed(comm, [&] {
+      model::write_safetensors_file(paths.st(rep).string(), b.named);
+      fsync_file(paths.st(rep));
+      if (rep > 0) fs::remove(paths.st(rep - 1));
+    }));
+  };
+  if (rep % 2 == 0) {
+    plain();
+    ckpt();
+    plain_wb();
+    safetensors();
+  } else {
+    safetensors();
+    plain_wb();
+    ckpt();
+    plain();
   }
-  MPI_Barrier(comm);
-  if (rank == 0) fs::remove_all(ckdir);
-  fs::remove(plain_path(opt.repeats - 1));
-  fs::remove(wb_path(opt.repeats - 1));
-  fs::remove(st_path(opt.repeats - 1));
-  const std::string load_after = load_average();
+}
 
-  // Per-repeat ratios (ours / baseline as throughput = baseline time / our time).
-  auto ratios = [](const std::vector<double>& ours, const std::vector<double>& base) {
-    std::vector<double> r;
-    for (size_t i = 0; i < ours.size(); ++i) r.push_back(base[i] / ours[i]);
-    return r;
+// The two reads of repeat `rep` (the plain file, the checkpoint), page cache dropped before each.
+void read_round(MPI_Comm comm, const CheckpointBenchOptions& opt, int rep, const BenchState& b, const BenchPaths& paths,
+                Measured& m) {
+  auto read_plain = [&] {
+    m.dropped = drop_page_cache(comm, opt.drop_caches) && m.dropped;
+    m.r_plain.push_back(timed(comm, [&] {
+      const int fd = ::open(paths.plain(rep).c_str(), O_RDONLY);
+      std::vector<char> buf(size_t(64) << 20);
+      while (::read(fd, buf.data(), buf.size()) > 0) {
+      }
+      ::close(fd);
+    }));
   };
-  const auto wr = ratios(w_ck, w_plain), wb = ratios(w_ck, w_wb), ws = ratios(w_ck, w_st), rr = ratios(r_ck, r_plain);
-  const double gb = double(total) / 1e9;
-  std::ostringstream os;
-  os << std::fixed;
+  auto read_ckpt = [&] {
+    m.dropped = drop_page_cache(comm, opt.drop_caches) && m.dropped;
+    m.r_ck.push_back(timed(comm, [&] {
+      checkpoint::CheckpointReader reader(m.ck_path);
+      for (auto& t : b.state) {
+        torch::Tensor back = reader.read(t.name, t.offset, t.local.sizes().vec());
+        if (back.numel() != t.local.numel()) throw std::runtime_error("bench: short read");
+      }
+    }));
+  };
+  if (rep % 2 == 0) {
+    read_plain();
+    read_ckpt();
+  } else {
+    read_ckpt();
+    read_plain();
+  }
+}
+
+// Per-repeat ratios (ours / baseline as throughput = baseline time / our time).
+std::vector<double> ratios(const std::vector<double>& ours, const std::vector<double>& base) {
+  std::vector<double> r;
+  for (size_t i = 0; i < ours.size(); ++i) r.push_back(base[i] / ours[i]);
+  return r;
+}
+
+std::string list_text(const std::vector<double>& v) {
+  std::ostringstream l;
+  l << std::fixed << std::setprecision(2);
+  for (double x : v) l << " " << x;
+  return l.str();
+}
+
+// Throughputs and ratios of the writes and reads.
+void report_throughput(std::ostringstream& os, const CheckpointBenchOptions& opt, const BenchState& b, int size,
+                       const Measured& m, const std::string& load_before, const std::string& load_after) {
+  const auto wr = ratios(m.w_ck, m.w_plain), wb = ratios(m.w_ck, m.w_wb), ws = ratios(m.w_ck, m.w_st),
+             rr = ratios(m.r_ck, m.r_plain);
+  const double gb = double(b.total) / 1e9;
   auto gbs = [&](const std::vector<double>& t) { return gb / median(t); };
-  auto list = [&](const std::vector<double>& v) {
-    std::ostringstream l;
-    l << std::fixed << std::setprecision(2);
-    for (double x : v) l << " " << x;
-    return l.str();
-  };
-  os << "checkpoint of " << std::setprecision(2) << gb << " GB (" << state.size() << " tensors, bf16+f32), " << size
+  os << "checkpoint of " << std::setprecision(2) << gb << " GB (" << b.state.size() << " tensors, bf16+f32), " << size
      << " rank(s), " << opt.repeats << " repeats, write-behind " << (opt.write_behind_bytes >> 20)
      << " MiB; load average before: " << load_before << ", after: " << load_after
      << "\n"
-     << (dropped ? "page cache dropped before each read\n"
-                 : "page cache NOT dropped (not root?): reads may come from memory\n")
+     << (m.dropped ? "page cache dropped before each read\n"
+                   : "page cache NOT dropped (not root?): reads may come from memory\n")
      << "GB/s = median over repeats; ratio = median over repeats of (checkpoint / other) in the same repeat\n"
-     << std::setprecision(3) << "write: checkpoint " << gbs(w_ck) << ", plain " << gbs(w_plain)
-     << ", plain write-behind " << gbs(w_wb) << ", safetensors " << gbs(w_st) << "\n"
-     << "  ratio to plain " << std::setprecision(2) << median(wr) << " (per repeat:" << list(wr) << ")\n"
-     << "  ratio to plain write-behind " << median(wb) << " (per repeat:" << list(wb) << ")\n"
-     << "  ratio to safetensors " << median(ws) << " (per repeat:" << list(ws) << ")\n"
-     << std::setprecision(3) << "read: checkpoint " << gbs(r_ck) << ", plain " << gbs(r_plain) << "\n"
-     << "  ratio to plain " << std::setprecision(2) << median(rr) << " (per repeat:" << list(rr) << ")\n";
+     << std::setprecision(3) << "write: checkpoint " << gbs(m.w_ck) << ", plain " << gbs(m.w_plain)
+     << ", plain write-behind " << gbs(m.w_wb) << ", safetensors " << gbs(m.w_st) << "\n"
+     << "  ratio to plain " << std::setprecision(2) << median(wr) << " (per repeat:" << list_text(wr) << ")\n"
+     << "  ratio to plain write-behind " << median(wb) << " (per repeat:" << list_text(wb) << ")\n"
+     << "  ratio to safetensors " << median(ws) << " (per repeat:" << list_text(ws) << ")\n"
+     << std::setprecision(3) << "read: checkpoint " << gbs(m.r_ck) << ", plain " << gbs(m.r_plain) << "\n"
+     << "  ratio to plain " << std::setprecision(2) << median(rr) << " (per repeat:" << list_text(rr) << ")\n";
+}
+
+// Where the checkpoint save and the plain writes spent their time (rank 0, medians).
+void report_phases(std::ostringstream& os, const Measured& m) {
   auto med = [&](auto field) {
     std::vector<double> v;
-    for (const auto& p : phases) v.push_back(field(p));
+    for (const auto& p : m.phases) v.push_back(field(p));
     return median(v);
   };
   auto pmed = [&](auto field, const std::vector<PlainPhases>& from) {
@@ -306,8 +320,39 @@ std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& op
      << med([](const T& p) { return p.close; }) << ", fsync " << med([](const T& p) { return p.fsync; })
      << ", commit " << med([](const T& p) { return p.commit; }) << ", retention "
      << med([](const T& p) { return p.retention; }) << "\n";
-  plain_line("plain", plain_phases);
-  plain_line("plain write-behind", wb_phases);
+  plain_line("plain", m.plain_phases);
+  plain_line("plain write-behind", m.wb_phases);
+}
+
+}  // namespace
+
+std::string run_checkpoint_bench(MPI_Comm comm, const CheckpointBenchOptions& opt) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const std::string load_before = load_average();
+  if (rank == 0) fs::create_directories(opt.dir);
+  MPI_Barrier(comm);
+
+  const BenchState b = make_state(comm, opt, rank, size);
+  const BenchPaths paths{opt.dir, "rank" + std::to_string(rank)};
+  remove_leftovers(comm, opt.dir, rank);
+  Measured m;
+  for (int rep = 0; rep < opt.repeats; ++rep) {
+    write_round(comm, opt, rep, b, paths, m);
+    read_round(comm, opt, rep, b, paths, m);
+  }
+  MPI_Barrier(comm);
+  if (rank == 0) fs::remove_all(paths.ckdir());
+  fs::remove(paths.plain(opt.repeats - 1));
+  fs::remove(paths.wb(opt.repeats - 1));
+  fs::remove(paths.st(opt.repeats - 1));
+  const std::string load_after = load_average();
+
+  std::ostringstream os;
+  os << std::fixed;
+  report_throughput(os, opt, b, size, m, load_before, load_after);
+  report_phases(os, m);
   return rank == 0 ? os.str() : std::string();
 }
 

@@ -330,22 +330,224 @@ void release_host_staging() {
 #endif
 }
 
+namespace {
+
+// The save's stopwatch: each lap adds the time since the last one to a SaveTimings field.
+struct Laps {
+  double mark = MPI_Wtime();
+  void operator()(double* into) {
+    const double now = MPI_Wtime();
+    *into += now - mark;
+    mark = now;
+  }
+};
+
+// The CRC32s of this rank's pieces, computed on a second thread while the pieces are written
+// (both only read the tensors), in the order of the plans and their items. `to_sum` must
+// outlive the future.
+std::future<std::vector<uint64_t>> start_checksums(const std::vector<DatasetPlan>& plans,
+                                                   const std::map<std::string, std::vector<WriteItem>>& items,
+                                                   bool checksums, std::vector<torch::Tensor>& to_sum) {
+  if (checksums)
+    for (const DatasetPlan& p : plans) {
+      auto it = items.find(p.name);
+      if (it != items.end())
+        for (const WriteItem& item : it->second) to_sum.push_back(item.data);
+    }
+  return std::async(std::launch::async, [&to_sum] {
+    std::vector<uint64_t> out;
+    out.reserve(to_sum.size());
+    for (const auto& t : to_sum) out.push_back(crc32_of(t));
+    return out;
+  });
+}
+
+// The open temporary file and the property lists every dataset write uses.
+struct SaveFile {
+  Handle file, lcpl, dxpl;
+};
+
+SaveFile create_save_file(MPI_Comm comm, const fs::path& tmp_path, int64_t alignment) {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  check(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+  H5Pset_all_coll_metadata_ops(fapl, true);
+  H5Pset_coll_metadata_write(fapl, true);
+  H5Pset_alignment(fapl, static_cast<hsize_t>(alignment), static_cast<hsize_t>(alignment));
+  SaveFile f;
+  f.file = Handle(check(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), tmp_path.string() + ": create"),
+                  H5Fclose);
+  f.lcpl = Handle(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(f.lcpl, 1);
+  f.dxpl = Handle(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
+  H5Pset_dxpl_mpio(f.dxpl, H5FD_MPIO_COLLECTIVE);
+  return f;
+}
+
+// One dataset: created at its global shape, then p.rounds collective writes on every rank
+// (this rank's pieces, several per piece when it is large; an empty selection when it has none).
+void write_dataset(const SaveFile& f, const fs::path& tmp_path, const DatasetPlan& p, const std::vector<WriteItem>& mine,
+                   WriteBehind& behind, Laps& lap, SaveTimings& tm) {
+  const std::string ctx = tmp_path.string() + ": dataset " + p.name;
+  std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+  Handle fspace(dims.empty() ? H5Screate(H5S_SCALAR)
+                             : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                H5Sclose);
+  Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+  Handle ftype = h5::file_type(p.dtype);
+  Handle dset(check(H5Dcreate2(f.file, p.name.c_str(), ftype, fspace, f.lcpl, dcpl, H5P_DEFAULT), ctx + ": create"),
+              H5Dclose);
+  h5::write_string_attr(dset, "dtype", h5::dtype_name(p.dtype));
+  lap(&tm.create);
+
+  // This rank's writes: (item, first row, rows); several per item when it is large.
+  std::vector<std::tuple<size_t, int64_t, int64_t>> writes;
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const int64_t rows = dims.empty() ? 1 : mine[k].data.size(0);
+    for (int64_t r0 = 0; r0 < rows; r0 += mine[k].sub_rows)
+      writes.emplace_back(k, r0, std::min(mine[k].sub_rows, rows - r0));
+  }
+  // Bytes of one dim-0 row of the dataset, and where its data starts in the file.
+  int64_t row_stride = static_cast<int64_t>(c10::elementSize(p.dtype));
+  for (size_t d = 1; d < dims.size(); ++d) row_stride *= static_cast<int64_t>(dims[d]);
+  const haddr_t dset_addr = H5Dget_offset(dset);
+  for (int64_t round = 0; round < p.rounds; ++round) {
+    Handle fsel(H5Dget_space(dset), H5Sclose);
+    Handle msel;
+    const void* buf = &round;  // any valid pointer when nothing is selected
+    if (round < static_cast<int64_t>(writes.size())) {
+      const auto [k, r0, nrows] = writes[static_cast<size_t>(round)];
+      const WriteItem& item = mine[k];
+      torch::Tensor part = dims.empty() ? item.data : item.data.narrow(0, r0, nrows);
+      std::vector<hsize_t> start(item.offset.begin(), item.offset.end());
+      std::vector<hsize_t> count(dims.size());
+      for (size_t d = 0; d < dims.size(); ++d) count[d] = static_cast<hsize_t>(part.size(static_cast<int64_t>(d)));
+      if (dims.empty()) {  // a scalar: the whole (one-element) space
+        H5Sselect_all(fsel);
+        msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
+      } else {
+        start[0] += static_cast<hsize_t>(r0);
+        check(H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), ctx);
+        msel = Handle(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
+      }
+      buf = part.data_ptr();
+    } else {
+      H5Sselect_none(fsel);
+      msel = Handle(H5Scopy(fsel), H5Sclose);
+      H5Sselect_none(msel);
+    }
+    check(H5Dwrite(dset, ftype, msel, fsel, f.dxpl, buf), ctx + ": write");
+    if (round < static_cast<int64_t>(writes.size()) && !dims.empty() && dset_addr != HADDR_UNDEF) {
+      const auto [k, r0, nrows] = writes[static_cast<size_t>(round)];
+      const int64_t row = static_cast<int64_t>(mine[k].offset[0]) + r0;
+      behind.wrote(static_cast<int64_t>(dset_addr) + row * row_stride, nrows * row_stride);
+    }
+    behind.flush_if_due();
+    lap(&tm.write);
+  }
+}
+
+// This rank's CRC32s by dataset: [{offset, shape, crc32}] per piece (`sums` in plan order).
+nlohmann::json checksums_json(const std::vector<DatasetPlan>& plans, const std::map<std::string, std::vector<WriteItem>>& items,
+                              const std::vector<uint64_t>& sums) {
+  nlohmann::json checksums = nlohmann::json::object();
+  size_t next = 0;
+  for (const DatasetPlan& p : plans) {
+    auto it = items.find(p.name);
+    if (it == items.end() || it->second.empty()) continue;
+    nlohmann::json my_sums = nlohmann::json::array();
+    for (const WriteItem& item : it->second)
+      my_sums.push_back({{"offset", item.offset}, {"shape", item.data.sizes().vec()}, {"crc32", sums.at(next++)}});
+    checksums[p.name] = my_sums;
+  }
+  return checksums;
+}
+
+// Root attributes and each dataset's crc32_slices (collective: identical arguments on every rank).
+void write_root_attributes(MPI_Comm comm, hid_t file, int64_t step, const nlohmann::json& attributes,
+                           const nlohmann::json& per_rank, const std::vector<DatasetPlan>& plans,
+                           const nlohmann::json* checksums) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  h5::write_string_attr(file, "format", kFormatName);
+  h5::write_int_attr(file, "format_version", kFormatVersion);
+  h5::write_int_attr(file, "step", step);
+  write_json_attributes(file, attributes);
+  const auto ranks = allgather_json(comm, per_rank);
+  h5::write_string_attr(file, "per_rank", nlohmann::json(ranks).dump());
+  h5::write_int_attr(file, "world_size", size);
+  if (!checksums) return;
+  const auto all = allgather_json(comm, *checksums);
+  for (const DatasetPlan& p : plans) {
+    nlohmann::json slices = nlohmann::json::array();
+    for (const auto& r : all)
+      if (r.contains(p.name))
+        for (const auto& s : r[p.name]) slices.push_back(s);
+    Handle dset(H5Dopen2(file, p.name.c_str(), H5P_DEFAULT), H5Dclose);
+    h5::write_string_attr(dset, "crc32_slices", slices.dump());
+  }
+}
+
+// Keeps the newest `keep_last` step_N.h5 files of `dir` (and always `final_path`).
+void drop_old_checkpoints(const std::string& dir, int keep_last, const fs::path& final_path) {
+  std::vector<std::pair<int64_t, fs::path>> steps;
+  const std::regex pat("step_([0-9]+)\\.h5");
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string fname = e.path().filename().string();
+    if (std::regex_match(fname, m, pat)) steps.emplace_back(std::stoll(m[1]), e.path());
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + keep_last < steps.size(); ++i)
+    if (steps[i].second != final_path) fs::remove(steps[i].second);
+}
+
+// Rank 0: fsync, rename into place, then move the `latest` pointer; drop old checkpoints.
+void commit_checkpoint(const std::string& dir, const fs::path& tmp_path, const fs::path& final_path, int keep_last,
+                       Laps& lap, SaveTimings& tm) {
+  lap(&tm.close);  // includes waiting for the slowest rank
+  fsync_path(tmp_path, false);
+  lap(&tm.fsync);
+  fs::rename(tmp_path, final_path);
+  fsync_path(fs::path(dir), true);
+  const fs::path latest = fs::path(dir) / "latest";
+  const fs::path latest_tmp = fs::path(dir) / "latest.tmp";
+  {
+    std::ofstream out(latest_tmp, std::ios::trunc);
+    out << final_path.filename().string() << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error(latest_tmp.string() + ": write failed");
+  }
+  fsync_path(latest_tmp, false);
+  fs::rename(latest_tmp, latest);
+  fsync_path(fs::path(dir), true);
+  lap(&tm.commit);
+  if (keep_last > 0) drop_old_checkpoints(dir, keep_last, final_path);
+  lap(&tm.retention);
+}
+
+// What a failed write says; MPI-IO reports a full disk only as "file write failed": say what is likely.
+std::string write_error(const std::string& what, const std::string& dir) {
+  std::string error = what;
+  std::error_code ec;
+  const auto space = fs::space(dir, ec);
+  if (!ec && space.available < (uint64_t(1) << 20))
+    error += " (the disk holding " + dir + " is full: " + std::to_string(space.available) + " bytes free)";
+  return error;
+}
+
+}  // namespace
+
 std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
                             const std::vector<ShardedTensor>& tensors, const nlohmann::json& attributes,
                             const nlohmann::json& per_rank, const SaveOptions& opt) {
   h5::quiet_errors();
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
   const fs::path final_path = fs::path(dir) / ("step_" + std::to_string(step) + ".h5");
   const fs::path tmp_path = fs::path(final_path.string() + ".tmp");
   SaveTimings tm;
-  double t_mark = MPI_Wtime();
-  auto lap = [&](double* into) {  // adds the time since the last lap to *into
-    const double now = MPI_Wtime();
-    *into += now - t_mark;
-    t_mark = now;
-  };
+  Laps lap;
 
   for (const auto& t : tensors) check_slice(t);
   // Declared before the host copies, so it runs after they are freed, also on an error path.
@@ -367,182 +569,28 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
   });
   lap(&tm.plan);
 
-  // The CRC32s of this rank's pieces are computed on a second thread while the pieces are
-  // written (both only read the tensors), in the order of the plans and their items.
   std::vector<torch::Tensor> to_sum;
-  if (opt.checksums)
-    for (const DatasetPlan& p : plans) {
-      auto it = items.find(p.name);
-      if (it != items.end())
-        for (const WriteItem& item : it->second) to_sum.push_back(item.data);
-    }
-  std::future<std::vector<uint64_t>> sums_future = std::async(std::launch::async, [&to_sum] {
-    std::vector<uint64_t> out;
-    out.reserve(to_sum.size());
-    for (const auto& t : to_sum) out.push_back(crc32_of(t));
-    return out;
-  });
-
+  std::future<std::vector<uint64_t>> sums_future = start_checksums(plans, items, opt.checksums, to_sum);
   std::string error;
-  nlohmann::json checksums = nlohmann::json::object();
   try {
-    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-    check(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
-    H5Pset_all_coll_metadata_ops(fapl, true);
-    H5Pset_coll_metadata_write(fapl, true);
-    H5Pset_alignment(fapl, static_cast<hsize_t>(opt.alignment), static_cast<hsize_t>(opt.alignment));
-    Handle file(check(H5Fcreate(tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), tmp_path.string() + ": create"),
-                H5Fclose);
-    Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-    H5Pset_create_intermediate_group(lcpl, 1);
-    Handle dxpl(H5Pcreate(H5P_DATASET_XFER), H5Pclose);
-    H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE);
+    SaveFile f = create_save_file(comm, tmp_path, opt.alignment);
     WriteBehind behind(tmp_path, opt.write_behind_bytes);
-
-    for (const DatasetPlan& p : plans) {
-      const std::string ctx = tmp_path.string() + ": dataset " + p.name;
-      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-      Handle fspace(dims.empty() ? H5Screate(H5S_SCALAR)
-                                 : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                    H5Sclose);
-      Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-      H5Pset_layout(dcpl, H5D_CONTIGUOUS);
-      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-      H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
-      Handle ftype = h5::file_type(p.dtype);
-      Handle dset(check(H5Dcreate2(file, p.name.c_str(), ftype, fspace, lcpl, dcpl, H5P_DEFAULT), ctx + ": create"),
-                  H5Dclose);
-      h5::write_string_attr(dset, "dtype", h5::dtype_name(p.dtype));
-      lap(&tm.create);
-
-      const std::vector<WriteItem>& mine = items[p.name];
-      // This rank's writes: (item, first row, rows); several per item when it is large.
-      std::vector<std::tuple<size_t, int64_t, int64_t>> writes;
-      for (size_t k = 0; k < mine.size(); ++k) {
-        const int64_t rows = dims.empty() ? 1 : mine[k].data.size(0);
-        for (int64_t r0 = 0; r0 < rows; r0 += mine[k].sub_rows)
-          writes.emplace_back(k, r0, std::min(mine[k].sub_rows, rows - r0));
-      }
-      // Bytes of one dim-0 row of the dataset, and where its data starts in the file.
-      int64_t row_stride = static_cast<int64_t>(c10::elementSize(p.dtype));
-      for (size_t d = 1; d < dims.size(); ++d) row_stride *= static_cast<int64_t>(dims[d]);
-      const haddr_t dset_addr = H5Dget_offset(dset);
-      for (int64_t round = 0; round < p.rounds; ++round) {
-        Handle fsel(H5Dget_space(dset), H5Sclose);
-        Handle msel;
-        const void* buf = &round;  // any valid pointer when nothing is selected
-        if (round < static_cast<int64_t>(writes.size())) {
-          const auto [k, r0, nrows] = writes[static_cast<size_t>(round)];
-          const WriteItem& item = mine[k];
-          torch::Tensor part = dims.empty() ? item.data : item.data.narrow(0, r0, nrows);
-          std::vector<hsize_t> start(item.offset.begin(), item.offset.end());
-          std::vector<hsize_t> count(dims.size());
-          for (size_t d = 0; d < dims.size(); ++d) count[d] = static_cast<hsize_t>(part.size(static_cast<int64_t>(d)));
-          if (dims.empty()) {  // a scalar: the whole (one-element) space
-            H5Sselect_all(fsel);
-            msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
-          } else {
-            start[0] += static_cast<hsize_t>(r0);
-            check(H5Sselect_hyperslab(fsel, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr), ctx);
-            msel = Handle(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr), H5Sclose);
-          }
-          buf = part.data_ptr();
-        } else {
-          H5Sselect_none(fsel);
-          msel = Handle(H5Scopy(fsel), H5Sclose);
-          H5Sselect_none(msel);
-        }
-        check(H5Dwrite(dset, ftype, msel, fsel, dxpl, buf), ctx + ": write");
-        if (round < static_cast<int64_t>(writes.size()) && !dims.empty() && dset_addr != HADDR_UNDEF) {
-          const auto [k, r0, nrows] = writes[static_cast<size_t>(round)];
-          const int64_t row = static_cast<int64_t>(mine[k].offset[0]) + r0;
-          behind.wrote(static_cast<int64_t>(dset_addr) + row * row_stride, nrows * row_stride);
-        }
-        behind.flush_if_due();
-        lap(&tm.write);
-      }
-    }
+    for (const DatasetPlan& p : plans) write_dataset(f, tmp_path, p, items[p.name], behind, lap, tm);
     behind.finish();
     lap(&tm.write);
-    if (opt.checksums) {
-      const std::vector<uint64_t> sums = sums_future.get();
-      size_t next = 0;
-      for (const DatasetPlan& p : plans) {
-        auto it = items.find(p.name);
-        if (it == items.end() || it->second.empty()) continue;
-        nlohmann::json my_sums = nlohmann::json::array();
-        for (const WriteItem& item : it->second)
-          my_sums.push_back({{"offset", item.offset}, {"shape", item.data.sizes().vec()}, {"crc32", sums.at(next++)}});
-        checksums[p.name] = my_sums;
-      }
-    }
+    nlohmann::json checksums = nlohmann::json::object();
+    if (opt.checksums) checksums = checksums_json(plans, items, sums_future.get());
     lap(&tm.crc);  // the CRC time not hidden behind the writes
-
-    // Root attributes (collective: identical arguments on every rank).
-    h5::write_string_attr(file, "format", kFormatName);
-    h5::write_int_attr(file, "format_version", kFormatVersion);
-    h5::write_int_attr(file, "step", step);
-    write_json_attributes(file, attributes);
-    const auto ranks = allgather_json(comm, per_rank);
-    h5::write_string_attr(file, "per_rank", nlohmann::json(ranks).dump());
-    h5::write_int_attr(file, "world_size", size);
-    if (opt.checksums) {
-      const auto all = allgather_json(comm, checksums);
-      for (const DatasetPlan& p : plans) {
-        nlohmann::json slices = nlohmann::json::array();
-        for (const auto& r : all)
-          if (r.contains(p.name))
-            for (const auto& s : r[p.name]) slices.push_back(s);
-        Handle dset(H5Dopen2(file, p.name.c_str(), H5P_DEFAULT), H5Dclose);
-        h5::write_string_attr(dset, "crc32_slices", slices.dump());
-      }
-    }
-    if (file.close() < 0) throw std::runtime_error(tmp_path.string() + ": close: " + h5::error_stack());
+    write_root_attributes(comm, f.file, step, attributes, per_rank, plans, opt.checksums ? &checksums : nullptr);
+    if (f.file.close() < 0) throw std::runtime_error(tmp_path.string() + ": close: " + h5::error_stack());
     lap(&tm.close);
   } catch (const std::exception& e) {
-    error = e.what();
-    // MPI-IO reports a full disk only as "file write failed": say what is likely.
-    std::error_code ec;
-    const auto space = fs::space(dir, ec);
-    if (!ec && space.available < (uint64_t(1) << 20))
-      error += " (the disk holding " + dir + " is full: " + std::to_string(space.available) + " bytes free)";
+    error = write_error(e.what(), dir);
   }
   agree(comm, error);  // every rank finished its part, or all fail together
 
-  // Commit: fsync, rename into place, then move the pointer; drop old checkpoints.
   try {
-    on_root_then_share(comm, [&] {
-      lap(&tm.close);  // includes waiting for the slowest rank
-      fsync_path(tmp_path, false);
-      lap(&tm.fsync);
-      fs::rename(tmp_path, final_path);
-      fsync_path(fs::path(dir), true);
-      const fs::path latest = fs::path(dir) / "latest";
-      const fs::path latest_tmp = fs::path(dir) / "latest.tmp";
-      {
-        std::ofstream out(latest_tmp, std::ios::trunc);
-        out << final_path.filename().string() << "\n";
-        out.flush();
-        if (!out) throw std::runtime_error(latest_tmp.string() + ": write failed");
-      }
-      fsync_path(latest_tmp, false);
-      fs::rename(latest_tmp, latest);
-      fsync_path(fs::path(dir), true);
-      lap(&tm.commit);
-      if (opt.keep_last > 0) {
-        std::vector<std::pair<int64_t, fs::path>> steps;
-        const std::regex pat("step_([0-9]+)\\.h5");
-        for (const auto& e : fs::directory_iterator(dir)) {
-          std::smatch m;
-          const std::string fname = e.path().filename().string();
-          if (std::regex_match(fname, m, pat)) steps.emplace_back(std::stoll(m[1]), e.path());
-        }
-        std::sort(steps.begin(), steps.end());
-        for (size_t i = 0; i + opt.keep_last < steps.size(); ++i)
-          if (steps[i].second != final_path) fs::remove(steps[i].second);
-      }
-      lap(&tm.retention);
-    });
+    on_root_then_share(comm, [&] { commit_checkpoint(dir, tmp_path, final_path, opt.keep_last, lap, tm); });
   } catch (...) {
     on_root_then_share(comm, [&] { fs::remove(tmp_path); });
     throw;

@@ -6,6 +6,8 @@
 #include <iomanip>
 #include <iostream>
 
+#include "job/metrics.h"
+
 namespace fs = std::filesystem;
 
 namespace ac::job {
@@ -32,6 +34,19 @@ std::string RunCheckpoints::save(int64_t step, const std::vector<checkpoint::Sha
     std::cout << label_ << " " << path << " (" << why << ", " << std::fixed << std::setprecision(1)
               << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s)" << std::endl;
   return path;
+}
+
+void restore_rank_rng(const nlohmann::json& a, int world_rank, int world_size) {
+  const nlohmann::json& per_rank = a.contains("per_rank") ? a.at("per_rank") : nlohmann::json();
+  if (per_rank.is_array() && per_rank.size() == static_cast<size_t>(world_size) &&
+      per_rank[static_cast<size_t>(world_rank)].contains("torch_rng"))
+    set_rng_state_hex(per_rank[static_cast<size_t>(world_rank)]["torch_rng"].get<std::string>());
+}
+
+void announce_resume(bool root, const std::string& metrics_path, int64_t step, const std::string& line) {
+  if (!root) return;
+  truncate_metrics(metrics_path, step);  // later lines belong to the lost timeline
+  std::cout << line << std::endl;
 }
 
 std::string hex_encode(const torch::Tensor& bytes) {

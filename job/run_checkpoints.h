@@ -32,6 +32,14 @@ class RunCheckpoints {
   bool resuming_ = false, root_ = false;
 };
 
+// Resuming, written once for every resumable job: the default CPU generator's state this rank
+// saved in the checkpoint's `per_rank` attribute ({"torch_rng": hex} per rank), restored when
+// the checkpoint has one for this rank under the same world size.
+void restore_rank_rng(const nlohmann::json& attributes, int world_rank, int world_size);
+// Rank 0 after a resume: cuts `metrics_path` back to `step` (later lines belong to the lost
+// timeline) and prints `line`. Other ranks do nothing.
+void announce_resume(bool root, const std::string& metrics_path, int64_t step, const std::string& line);
+
 // The default CPU generator's state as hex text and back (checkpoint attributes).
 std::string rng_state_hex();
 void set_rng_state_hex(const std::string& hex);

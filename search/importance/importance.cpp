@@ -26,6 +26,8 @@
 #include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
+#include "job/setup.h"
+#include "job/token_data.h"
 #include "model/model.h"
 
 namespace fs = std::filesystem;
@@ -417,13 +419,9 @@ struct Calibration {
   ImportanceOptions opt;
   std::string path;  // resolved checkpoint file
   model::ArchSpec spec;
-  std::unique_ptr<dist::ParallelLayout> layout;
-  model::TpGroup tp;
+  job::JobSetup setup;  // device, dtype, layout (host collectives), TP group
   model::CausalLM teacher{nullptr};
   std::shared_ptr<data::BlendedSampler> sampler;
-  torch::Dtype dtype = torch::kFloat32;
-  dist::DtypeChoice dtype_choice;
-  dist::DeviceChoice device_choice;
   std::string fingerprint;
 
   Calibration(const ImportanceOptions& o, MPI_Comm world) : opt(o) {
@@ -433,38 +431,33 @@ struct Calibration {
     if (o.seq_len <= 0) throw InputError("--seq-len", "value", "must be positive");
     if (o.micro_batch <= 0) throw InputError("--micro-batch", "value", "must be positive");
     if (o.depth_loss_samples < 0) throw InputError("--depth-loss-samples", "value", "must be >= 0");
-    device_choice = dist::choose_device(o.device, o.local_rank);
-    dist::apply_tf32_policy(device_choice);
-    dtype_choice = dist::choose_dtype(o.dtype, device_choice.cuda);
-    dtype = checkpoint::parse_dtype(dtype_choice.dtype);
+    const job::RunDevice rd = job::choose_run_device(o.device, o.local_rank, o.dtype);
     path = checkpoint::resolve_checkpoint(o.teacher);
     checkpoint::CheckpointReader reader(path);
     spec = checkpoint::checkpoint_arch(reader);
-    layout = std::make_unique<dist::ParallelLayout>(world, dist::LayoutSpec{o.tp, 0, 0});
-    if (const std::string why = model::tp_split_problem(spec, layout->tp_size()); !why.empty())
-      throw InputError(path, "arch_spec (--tp " + std::to_string(layout->tp_size()) + ")", why);
-    std::vector<data::BlendEntry> entries;
-    for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
-    sampler = std::make_shared<data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split),
-                                                     data::Split::Calibration);
-    tp = model::TpGroup{dist::make_device_communicator(layout->tp_mpi_comm(), device_choice)};
-    teacher = model::CausalLM(spec, tp, model::ModelOptions{dtype});
-    checkpoint::load_model(teacher, reader);
-    teacher->to(device_choice.torch_device());
-    teacher->eval();
-    for (auto& p : teacher->parameters()) p.requires_grad_(false);
+    job::SetupOptions so;
+    so.tp = o.tp;
+    so.host_collectives = true;  // the statistics are reduced as host doubles
+    setup = job::make_job_setup(world, so, rd);
+    if (const std::string why = model::tp_split_problem(spec, layout().tp_size()); !why.empty())
+      throw InputError(path, "arch_spec (--tp " + std::to_string(layout().tp_size()) + ")", why);
+    sampler = job::TokenData(o.data, o.split, o.seq_len, o.seed).sampler(data::Split::Calibration);
+    teacher = setup.frozen_teacher(path);
     // Metadata only for checkpoints with checksums; rank 0 reads, everyone gets the same text.
-    std::string fp = layout->world_rank() == 0 ? checkpoint::model_fingerprint(reader) : std::string(16, ' ');
+    std::string fp = layout().world_rank() == 0 ? checkpoint::model_fingerprint(reader) : std::string(16, ' ');
     fp.resize(16, ' ');
     MPI_Bcast(fp.data(), 16, MPI_CHAR, 0, world);
     fingerprint = fp;
   }
 
-  int64_t global_batch() const { return opt.micro_batch * layout->dp_size(); }
+  const dist::ParallelLayout& layout() const { return *setup.layout; }
+  torch::Dtype dtype() const { return setup.rd.dtype; }
+  torch::Device device() const { return setup.rd.device; }
+  int64_t global_batch() const { return opt.micro_batch * layout().dp_size(); }
   int64_t steps() const { return (opt.calib_samples + global_batch() - 1) / global_batch(); }
   // This rank's samples of step s: global indices [first, first + count) (count may be 0).
   std::pair<int64_t, int64_t> rows(int64_t s) const {
-    const int64_t first = s * global_batch() + layout->dp_rank() * opt.micro_batch;
+    const int64_t first = s * global_batch() + layout().dp_rank() * opt.micro_batch;
     const int64_t count = std::clamp<int64_t>(opt.calib_samples - first, 0, opt.micro_batch);
     return {first, count};
   }
@@ -481,14 +474,14 @@ struct Calibration {
                              " hold token id " + std::to_string(lo < 0 ? lo : hi) + ", outside the teacher's vocabulary of " +
                              std::to_string(spec.vocab_size) + " (" + path + "): data tokenized for another model?");
     }
-    return ids.to(device_choice.torch_device(), torch::kLong);
+    return ids.to(device(), torch::kLong);
   }
 
   // Summed next-token loss of the final hidden stream x [B, T, hidden].
   double loss_sum(const torch::Tensor& x, const torch::Tensor& labels) {
     auto local = teacher->logits_local(teacher->final_norm(x));
     local = local.reshape({-1, local.size(-1)});
-    return dist::vocab_parallel_cross_entropy(local, labels, *tp.comm, spec.vocab_size).to(torch::kDouble).sum().item<double>();
+    return dist::vocab_parallel_cross_entropy(local, labels, *setup.tp.comm, spec.vocab_size).to(torch::kDouble).sum().item<double>();
   }
   // The plain teacher forward (the bench's baseline).
   double plain_forward(const torch::Tensor& ids) {
@@ -497,7 +490,7 @@ struct Calibration {
     const auto labels = ids.narrow(1, 1, T).reshape({-1}).contiguous();
     auto local = teacher->logits_local(teacher->hidden_states(input));
     local = local.reshape({-1, local.size(-1)});
-    return dist::vocab_parallel_cross_entropy(local, labels, *tp.comm, spec.vocab_size).to(torch::kDouble).sum().item<double>();
+    return dist::vocab_parallel_cross_entropy(local, labels, *setup.tp.comm, spec.vocab_size).to(torch::kDouble).sum().item<double>();
   }
 };
 
@@ -568,7 +561,7 @@ ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm w
   const int64_t depth_n = !options.depth_loss ? 0
                           : options.depth_loss_samples > 0 ? std::min(options.depth_loss_samples, N)
                                                            : N;
-  Collector col(c.spec, c.layout->tp_rank(), c.layout->tp_size(), c.device_choice.torch_device());
+  Collector col(c.spec, c.layout().tp_rank(), c.layout().tp_size(), c.device());
   Totals tot;
   tot.one_minus_cos.assign(size_t(L), 0.0);
   tot.skip_loss_sum.assign(size_t(L), 0.0);
@@ -583,7 +576,7 @@ ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm w
 
   // One SUM over the world: TP shards land in their slices, DP partial sums add up.
   // Replicated quantities (cosines, losses; the collector's own) count on TP rank 0 only.
-  const bool rep = c.layout->tp_rank() == 0;
+  const bool rep = c.layout().tp_rank() == 0;
   std::vector<torch::Tensor> parts;
   for (auto& l : col.layers())
     for (torch::Tensor* t : {&l.mixer_norm, &l.ffn_norm, &l.attn, &l.mlp, &l.mamba, &l.expert_norm, &l.expert_tokens,
@@ -617,12 +610,12 @@ ImportanceScores compute_importance(const ImportanceOptions& options, MPI_Comm w
   out.seq_len = T;
   out.seed = options.seed;
   out.split = options.split;
-  out.dtype = checkpoint::dtype_name(c.dtype);
+  out.dtype = checkpoint::dtype_name(c.dtype());
   out.depth_loss_samples = depth_n;
   const double tokens = double(N) * double(T);
   out.base_loss = sc[size_t(2 * L)] / tokens;
   const double base_depth = depth_n > 0 ? sc[size_t(2 * L + 1)] / (double(depth_n) * double(T)) : 0.0;
-  torch::Tensor hidden = torch::zeros({c.spec.hidden_size}, torch::TensorOptions().dtype(torch::kDouble).device(c.device_choice.torch_device()));
+  torch::Tensor hidden = torch::zeros({c.spec.hidden_size}, torch::TensorOptions().dtype(torch::kDouble).device(c.device()));
   out.layers.resize(size_t(L));
   for (int64_t i = 0; i < L; ++i) {
     const auto& ls = c.spec.layers[size_t(i)];
@@ -679,7 +672,7 @@ ImportanceBench bench_importance(const ImportanceOptions& options, MPI_Comm worl
       if (b.size(0) > 0) c.plain_forward(b);
   };
   auto collect = [&](bool depth) {
-    Collector col(c.spec, c.layout->tp_rank(), c.layout->tp_size(), c.device_choice.torch_device());
+    Collector col(c.spec, c.layout().tp_rank(), c.layout().tp_size(), c.device());
     Totals t;
     t.one_minus_cos.assign(size_t(L), 0.0);
     t.skip_loss_sum.assign(size_t(L), 0.0);
@@ -706,9 +699,9 @@ ImportanceBench bench_importance(const ImportanceOptions& options, MPI_Comm worl
   out.collect_tokens_per_s = tokens / median(collect_s);
   out.depth_tokens_per_s = tokens / depth_s;
   out.ratio = median(ratios);
-  out.tp = c.layout->tp_size();
-  out.dp = c.layout->dp_size();
-  out.dtype = checkpoint::dtype_name(c.dtype);
+  out.tp = c.layout().tp_size();
+  out.dp = c.layout().dp_size();
+  out.dtype = checkpoint::dtype_name(c.dtype());
   return out;
 }
 

@@ -29,6 +29,9 @@
 #include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
+#include "job/calibration.h"
+#include "job/setup.h"
+#include "job/token_data.h"
 #include "model/model.h"
 #include "search/costmodel/cost_model.h"
 #include "search/prune/prune.h"
@@ -156,8 +159,9 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& scores, const BudgetLimits& c,
-                           const CostTarget* target, const MinitronGridOptions& o) {
+namespace {
+
+void check_grid_options(const BudgetLimits& c, const CostTarget* target, const MinitronGridOptions& o) {
   for (const auto& a : o.skip_axes)
     if (std::find(axis_names().begin(), axis_names().end(), a) == axis_names().end())
       throw InputError("--skip", a, "unknown axis (axes: hidden attn_heads ffn mamba_heads mamba_head_dim experts expert_ffn shared_ffn layers)");
@@ -167,7 +171,10 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
                                                                 "--target-memory-gb, --target-ttft-ms, --target-tpot-ms or --target-throughput)");
   if (c.needs_cost_model() && !target)
     throw InputError("minitron", "--hardware", "memory, TTFT, TPOT and throughput budgets need --hardware and --workload");
-  MinitronGrid g;
+}
+
+// The axes of the grid (in axis_names() order, depth last) and, when depth is pruned, the depth order.
+void grid_axes(const model::ArchSpec& t, const ImportanceScores& scores, const MinitronGridOptions& o, MinitronGrid& g) {
   const double wmin = 1.0 - o.max_width_prune, dmin = 1.0 - o.max_depth_prune;
   auto add = [&](const std::string& name, std::optional<int64_t> teacher, int64_t divisor, double min_fraction) {
     if (!teacher || *teacher <= 0) return;
@@ -212,24 +219,57 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
   add("layers", present, minitron_divisor(2, present), dmin);
   if (g.axes.back().name != "layers") throw InputError("teacher ArchSpec", "layers", "has no layers");
   if (g.axes.back().choices.size() > 1) g.depth_order = depth_order(t, scores, o.depth_score, o.scores_source);
+}
 
-  g.grid_size = 1;
-  for (const auto& a : g.axes) g.grid_size *= int64_t(a.choices.size());
-  if (g.grid_size > o.max_grid)
-    throw InputError("minitron", "grid", std::to_string(g.grid_size) + " candidates exceed the limit of " +
-                                             std::to_string(o.max_grid) + "; hold some axes at the teacher's value with --skip");
-
-  // Best reachable value of each budget over every valid candidate (for the refusal).
-  struct Best {
-    double v;
-    std::vector<int64_t> dims;
-  };
-  const double inf = std::numeric_limits<double>::infinity();
+// Best reachable value of each budget over every valid candidate (for the refusal).
+struct Best {
+  double v;
+  std::vector<int64_t> dims;
+};
+struct Reach {
+  static constexpr double inf = std::numeric_limits<double>::infinity();
   Best min_params{inf, {}}, min_active{inf, {}}, min_mem{inf, {}}, min_ttft{inf, {}}, min_tpot{inf, {}}, max_thr{-inf, {}};
   bool any_fits = false;
-  auto keep_min = [](Best& b, double v, const std::vector<int64_t>& d) {
-    if (v < b.v) b = {v, d};
-  };
+};
+
+void keep_min(Best& b, double v, const std::vector<int64_t>& d) {
+  if (v < b.v) b = {v, d};
+}
+
+// Counts, predicts and checks one valid candidate against the budgets; true when it meets them all.
+bool measure_candidate(const model::ArchSpec& spec, const BudgetLimits& c, const CostTarget* target, MinitronCandidate& cand,
+                       Reach& r) {
+  const std::vector<int64_t>& dims = cand.dims;
+  const model::ParamCounts pc = model::count_params(spec);
+  cand.params = double(pc.total());
+  cand.active_params = double(pc.active());
+  keep_min(r.min_params, cand.params, dims);
+  keep_min(r.min_active, cand.active_params, dims);
+  bool ok = (c.params <= 0 || cand.params <= c.params) && (c.active_params <= 0 || cand.active_params <= c.active_params);
+  if (!target) return ok;
+  const Prediction p = predict(spec, target->hardware, target->engine, target->workload);
+  cand.predicted = true;
+  cand.memory_bytes = serving_memory_bytes(p, target->workload);
+  cand.ttft_s = p.ttft_s;
+  cand.tpot_s = p.tpot_s;
+  cand.throughput_tok_s = p.throughput_tok_s;
+  cand.fits = p.fits;
+  if (p.fits) {
+    r.any_fits = true;
+    keep_min(r.min_mem, cand.memory_bytes, dims);
+    keep_min(r.min_ttft, cand.ttft_s, dims);
+    keep_min(r.min_tpot, cand.tpot_s, dims);
+    if (cand.throughput_tok_s > r.max_thr.v) r.max_thr = {cand.throughput_tok_s, dims};
+  }
+  return ok && p.fits && (c.memory_gb <= 0 || cand.memory_bytes <= c.memory_gb * 1e9) &&
+         (c.ttft_ms <= 0 || cand.ttft_s * 1e3 <= c.ttft_ms) && (c.tpot_ms <= 0 || cand.tpot_s * 1e3 <= c.tpot_ms) &&
+         (c.throughput <= 0 || cand.throughput_tok_s >= c.throughput);
+}
+
+// The full Cartesian product (mixed radix, last axis fastest): valid candidates counted, those
+// within every budget kept in g.feasible; `r` the best reachable value of each budget.
+void enumerate_grid(const model::ArchSpec& t, const BudgetLimits& c, const CostTarget* target, int tp, MinitronGrid& g,
+                    Reach& r) {
   std::vector<size_t> idx(g.axes.size(), 0);
   std::vector<int64_t> dims(g.axes.size());
   for (int64_t n = 0; n < g.grid_size; ++n) {
@@ -245,64 +285,58 @@ MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& sco
     } catch (const InputError&) {
       continue;  // e.g. top_k above the expert count
     }
-    if (!model::tp_split_problem(b.spec, o.tp).empty() || !is_sub_architecture(t, b.spec).empty()) continue;
+    if (!model::tp_split_problem(b.spec, tp).empty() || !is_sub_architecture(t, b.spec).empty()) continue;
     ++g.valid;
     MinitronCandidate cand;
     cand.dims = dims;
     cand.dropped = b.dropped;
-    const model::ParamCounts pc = model::count_params(b.spec);
-    cand.params = double(pc.total());
-    cand.active_params = double(pc.active());
-    keep_min(min_params, cand.params, dims);
-    keep_min(min_active, cand.active_params, dims);
-    bool ok = (c.params <= 0 || cand.params <= c.params) && (c.active_params <= 0 || cand.active_params <= c.active_params);
-    if (target) {
-      const Prediction p = predict(b.spec, target->hardware, target->engine, target->workload);
-      cand.predicted = true;
-      cand.memory_bytes = serving_memory_bytes(p, target->workload);
-      cand.ttft_s = p.ttft_s;
-      cand.tpot_s = p.tpot_s;
-      cand.throughput_tok_s = p.throughput_tok_s;
-      cand.fits = p.fits;
-      if (p.fits) {
-        any_fits = true;
-        keep_min(min_mem, cand.memory_bytes, dims);
-        keep_min(min_ttft, cand.ttft_s, dims);
-        keep_min(min_tpot, cand.tpot_s, dims);
-        if (cand.throughput_tok_s > max_thr.v) max_thr = {cand.throughput_tok_s, dims};
-      }
-      ok = ok && p.fits && (c.memory_gb <= 0 || cand.memory_bytes <= c.memory_gb * 1e9) &&
-           (c.ttft_ms <= 0 || cand.ttft_s * 1e3 <= c.ttft_ms) && (c.tpot_ms <= 0 || cand.tpot_s * 1e3 <= c.tpot_ms) &&
-           (c.throughput <= 0 || cand.throughput_tok_s >= c.throughput);
-    }
-    if (!ok) continue;
+    if (!measure_candidate(b.spec, c, target, cand, r)) continue;
     cand.spec = std::move(b.spec);
     g.feasible.push_back(std::move(cand));
   }
+}
+
+// No candidate meets every budget: names the first budget no candidate reaches, with the best reachable.
+[[noreturn]] void refuse_unreachable(const MinitronGrid& g, const BudgetLimits& c, const CostTarget* target, const Reach& r) {
+  auto refuse = [&](const std::string& option, double given, const Best& b, const std::string& unit, double scale, bool at_least) {
+    throw InputError(option, unit.find("parameters") != std::string::npos ? count_text(given) : fmt(given, 6),
+                     std::string(at_least ? "above the largest" : "below the smallest") + " reachable candidate: the " +
+                         (at_least ? "largest" : "smallest") + " reachable is " +
+                         (unit.find("parameters") != std::string::npos ? count_text(b.v) : fmt(b.v * scale, 6)) + unit + " (" +
+                         dims_text(g.axes, b.dims) + ")");
+  };
+  if (c.params > 0 && r.min_params.v > c.params) refuse("--target-params", c.params, r.min_params, " parameters", 1, false);
+  if (c.active_params > 0 && r.min_active.v > c.active_params)
+    refuse("--target-active-params", c.active_params, r.min_active, " active parameters", 1, false);
+  if (target && !r.any_fits)
+    throw InputError("--hardware", target->hardware.id, "no candidate fits in its memory with " + target->engine.id + " and " + target->workload.id);
+  if (c.memory_gb > 0 && r.min_mem.v > c.memory_gb * 1e9) refuse("--target-memory-gb", c.memory_gb, r.min_mem, " GB", 1e-9, false);
+  if (c.ttft_ms > 0 && r.min_ttft.v * 1e3 > c.ttft_ms) refuse("--target-ttft-ms", c.ttft_ms, r.min_ttft, " ms", 1e3, false);
+  if (c.tpot_ms > 0 && r.min_tpot.v * 1e3 > c.tpot_ms) refuse("--target-tpot-ms", c.tpot_ms, r.min_tpot, " ms", 1e3, false);
+  if (c.throughput > 0 && r.max_thr.v < c.throughput)
+    refuse("--target-throughput", c.throughput, r.max_thr, " tokens/s", 1, true);
+  throw InputError("minitron", "budget", "each budget is reachable alone but no candidate of the " + std::to_string(g.valid) +
+                                             " meets them all together");
+}
+
+}  // namespace
+
+MinitronGrid minitron_grid(const model::ArchSpec& t, const ImportanceScores& scores, const BudgetLimits& c,
+                           const CostTarget* target, const MinitronGridOptions& o) {
+  check_grid_options(c, target, o);
+  MinitronGrid g;
+  grid_axes(t, scores, o, g);
+  g.grid_size = 1;
+  for (const auto& a : g.axes) g.grid_size *= int64_t(a.choices.size());
+  if (g.grid_size > o.max_grid)
+    throw InputError("minitron", "grid", std::to_string(g.grid_size) + " candidates exceed the limit of " +
+                                             std::to_string(o.max_grid) + "; hold some axes at the teacher's value with --skip");
+  Reach reach;
+  enumerate_grid(t, c, target, o.tp, g, reach);
   if (g.valid == 0)
     throw InputError("minitron", "grid", "none of the " + std::to_string(g.grid_size) + " candidates is a valid ArchSpec that splits over TP " +
                                              std::to_string(o.tp));
-  if (g.feasible.empty()) {
-    auto refuse = [&](const std::string& option, double given, const Best& b, const std::string& unit, double scale, bool at_least) {
-      throw InputError(option, unit.find("parameters") != std::string::npos ? count_text(given) : fmt(given, 6),
-                       std::string(at_least ? "above the largest" : "below the smallest") + " reachable candidate: the " +
-                           (at_least ? "largest" : "smallest") + " reachable is " +
-                           (unit.find("parameters") != std::string::npos ? count_text(b.v) : fmt(b.v * scale, 6)) + unit + " (" +
-                           dims_text(g.axes, b.dims) + ")");
-    };
-    if (c.params > 0 && min_params.v > c.params) refuse("--target-params", c.params, min_params, " parameters", 1, false);
-    if (c.active_params > 0 && min_active.v > c.active_params)
-      refuse("--target-active-params", c.active_params, min_active, " active parameters", 1, false);
-    if (target && !any_fits)
-      throw InputError("--hardware", target->hardware.id, "no candidate fits in its memory with " + target->engine.id + " and " + target->workload.id);
-    if (c.memory_gb > 0 && min_mem.v > c.memory_gb * 1e9) refuse("--target-memory-gb", c.memory_gb, min_mem, " GB", 1e-9, false);
-    if (c.ttft_ms > 0 && min_ttft.v * 1e3 > c.ttft_ms) refuse("--target-ttft-ms", c.ttft_ms, min_ttft, " ms", 1e3, false);
-    if (c.tpot_ms > 0 && min_tpot.v * 1e3 > c.tpot_ms) refuse("--target-tpot-ms", c.tpot_ms, min_tpot, " ms", 1e3, false);
-    if (c.throughput > 0 && max_thr.v < c.throughput)
-      refuse("--target-throughput", c.throughput, max_thr, " tokens/s", 1, true);
-    throw InputError("minitron", "budget", "each budget is reachable alone but no candidate of the " + std::to_string(g.valid) +
-                                               " meets them all together");
-  }
+  if (g.feasible.empty()) refuse_unreachable(g, c, target, reach);
   const bool by_active = c.active_params > 0;
   std::stable_sort(g.feasible.begin(), g.feasible.end(), [&](const MinitronCandidate& a, const MinitronCandidate& b) {
     const double ka = by_active ? a.active_params : a.params, kb = by_active ? b.active_params : b.params;
@@ -364,6 +398,66 @@ std::string minitron_table_csv(const MinitronGrid& g, int chosen) {
   return os.str();
 }
 
+namespace {
+
+// `minitron --check`: how many candidates meet every budget, and the largest of them.
+void print_check(const std::string& teacher_path, const MinitronGrid& g) {
+  std::cout << "minitron check: " << teacher_path << ": " << g.feasible.size() << " of " << g.valid
+            << " uniform candidates meet every budget";
+  // The largest of them: the first that calibration scoring would see (largest first).
+  if (!g.feasible.empty()) {
+    const MinitronCandidate& c = g.feasible.front();
+    std::cout << "; the largest: ";
+    for (size_t a = 0; a < g.axes.size(); ++a) std::cout << (a ? ", " : "") << g.axes[a].name << " " << c.dims[a];
+    auto billions = [](double n) { return fmt(n / 1e9, 4) + "B"; };
+    std::cout << " (" << (c.params >= 1e9 ? billions(c.params) : count_text(c.params)) << " parameters, "
+              << (c.active_params >= 1e9 ? billions(c.active_params) : count_text(c.active_params)) << " active";
+    if (c.predicted) std::cout << ", " << std::setprecision(5) << c.memory_bytes / 1e9 << " GB";
+    std::cout << ")";
+  }
+  std::cout << std::endl;
+}
+
+void print_header(const std::string& teacher_path, const model::ArchSpec& teacher, const MinitronGrid& g, int n,
+                  const job::ScorePass& pass, const job::JobSetup& setup) {
+  const dist::ParallelLayout& layout = *setup.layout;
+  const int64_t per_step = pass.micro_batch * layout.dp_size();
+  std::cout << "[minitron] teacher " << teacher_path << " (" << count_text(double(model::count_params(teacher).total()))
+            << " params); axes:";
+  for (const auto& a : g.axes) {
+    std::cout << " " << a.name << " {";
+    for (size_t k = 0; k < a.choices.size(); ++k) std::cout << (k ? "," : "") << a.choices[k];
+    std::cout << "}";
+  }
+  std::cout << "\n[minitron] grid " << g.grid_size << ", valid " << g.valid << ", within budget " << g.feasible.size()
+            << "; scoring the " << n << " largest on " << pass.steps * per_step << " calibration sequences of " << pass.seq_len
+            << " tokens at TP " << layout.tp_size() << " x DP " << layout.dp_size() << " ("
+            << checkpoint::dtype_name(setup.rd.dtype) << ", " << setup.rd.choice.device << ": " << setup.rd.choice.reason << ")"
+            << std::endl;
+}
+
+// Calibration LM loss (mean per token over every DP rank's sequences) of candidate `k` pruned
+// from the teacher without retraining.
+double candidate_loss(const model::ArchSpec& teacher, const MinitronCandidate& cand, int k, const ImportanceScores& scores,
+                      const std::string& scores_source, const checkpoint::CheckpointReader& reader,
+                      const job::JobSetup& setup, const job::ScorePass& pass) {
+  const PrunePlan plan = plan_prune(teacher, cand.spec, scores, "candidate " + std::to_string(k), scores_source);
+  model::CausalLM m(plan.student, setup.tp, model::ModelOptions{setup.rd.dtype});
+  load_pruned(*m, reader, plan);
+  m->to(setup.rd.device);
+  auto score = [&](int64_t, const job::Batch& b, const std::vector<int64_t>&, std::vector<double>& sums) {
+    torch::Tensor local = m->logits_local(m->hidden_states(b.input));
+    local = local.reshape({-1, local.size(-1)});
+    torch::Tensor ce = dist::vocab_parallel_cross_entropy(local, b.labels, *setup.tp.comm, teacher.vocab_size);
+    sums[0] += ce.to(torch::kFloat64).sum().item<double>();
+    sums[1] += double(b.labels.numel());
+  };
+  const std::vector<double> acc = job::score_over_dp(pass, *setup.layout, setup.rd.device, 2, score);
+  return acc[0] / acc[1];
+}
+
+}  // namespace
+
 MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& scores, MPI_Comm world,
                             const std::function<void(const nlohmann::json& layout)>& on_layout) {
   using clock = std::chrono::steady_clock;
@@ -397,81 +491,31 @@ MinitronResult run_minitron(const MinitronOptions& o, const ImportanceScores& sc
   res.grid = minitron_grid(teacher, scores, o.constraints, target ? &*target : nullptr, go);
   MinitronGrid& g = res.grid;
   if (o.check_only) {
-    if (root)
-    {
-      std::cout << "minitron check: " << teacher_path << ": " << g.feasible.size() << " of " << g.valid
-                << " uniform candidates meet every budget";
-      // The largest of them: the first that calibration scoring would see (largest first).
-      if (!g.feasible.empty()) {
-        const MinitronCandidate& c = g.feasible.front();
-        std::cout << "; the largest: ";
-        for (size_t a = 0; a < g.axes.size(); ++a) std::cout << (a ? ", " : "") << g.axes[a].name << " " << c.dims[a];
-        auto billions = [](double n) { return fmt(n / 1e9, 4) + "B"; };
-        std::cout << " (" << (c.params >= 1e9 ? billions(c.params) : count_text(c.params)) << " parameters, "
-                  << (c.active_params >= 1e9 ? billions(c.active_params) : count_text(c.active_params)) << " active";
-        if (c.predicted) std::cout << ", " << std::setprecision(5) << c.memory_bytes / 1e9 << " GB";
-        std::cout << ")";
-      }
-      std::cout << std::endl;
-    }
+    if (root) print_check(teacher_path, g);
     return res;
   }
-  const dist::DeviceChoice device = dist::choose_device(o.device, o.local_rank);  // before any model
-  dist::apply_tf32_policy(device);
-  const torch::Dtype dtype = checkpoint::parse_dtype(dist::choose_dtype(o.dtype, device.cuda).dtype);
+  const job::RunDevice rd = job::choose_run_device(o.device, o.local_rank, o.dtype);  // before any model
 
   // Data and layout (the data is checked before anything is written).
-  std::vector<data::BlendEntry> entries;
-  for (const auto& d : o.data) entries.push_back(data::parse_blend_entry(d));
-  auto sampler = std::make_shared<const data::BlendedSampler>(entries, o.seq_len, o.seed, data::parse_split(o.split),
-                                                              data::Split::Calibration);
-  dist::ParallelLayout layout(world, {o.tp, 0, 0});
+  const job::TokenData token_data(o.data, o.split, o.seq_len, o.seed);
+  job::ScorePass pass{token_data.sampler(data::Split::Calibration), o.micro_batch, o.seq_len, 0};
+  job::SetupOptions so;
+  so.tp = o.tp;
+  so.host_collectives = true;  // the scores are host doubles
+  const job::JobSetup setup = job::make_job_setup(world, so, rd);
+  const dist::ParallelLayout& layout = *setup.layout;
   const int64_t per_step = o.micro_batch * layout.dp_size();
-  const int64_t steps = (o.score_samples + per_step - 1) / per_step;
+  pass.steps = (o.score_samples + per_step - 1) / per_step;
   if (on_layout)
     on_layout({{"world_size", layout.world_size()}, {"tp", layout.tp_size()}, {"dp", layout.dp_size()},
-               {"device", device.device}, {"device_reason", device.reason}});
+               {"device", rd.choice.device}, {"device_reason", rd.choice.reason}});
   const int n = std::min<int>(o.top_k, int(g.feasible.size()));
-  if (root) {
-    std::cout << "[minitron] teacher " << teacher_path << " (" << count_text(double(model::count_params(teacher).total()))
-              << " params); axes:";
-    for (const auto& a : g.axes) {
-      std::cout << " " << a.name << " {";
-      for (size_t k = 0; k < a.choices.size(); ++k) std::cout << (k ? "," : "") << a.choices[k];
-      std::cout << "}";
-    }
-    std::cout << "\n[minitron] grid " << g.grid_size << ", valid " << g.valid << ", within budget " << g.feasible.size()
-              << "; scoring the " << n << " largest on " << steps * per_step << " calibration sequences of " << o.seq_len
-              << " tokens at TP " << layout.tp_size() << " x DP " << layout.dp_size() << " ("
-              << checkpoint::dtype_name(dtype) << ", " << device.device << ": " << device.reason << ")" << std::endl;
-  }
+  if (root) print_header(teacher_path, teacher, g, n, pass, setup);
 
-  auto tp_comm = dist::make_device_communicator(layout.tp_mpi_comm(), device);
   const auto t0 = clock::now();
   for (int k = 0; k < n; ++k) {
     MinitronCandidate& cand = g.feasible[size_t(k)];
-    const PrunePlan plan = plan_prune(teacher, cand.spec, scores, "candidate " + std::to_string(k), o.scores_source);
-    model::CausalLM m(plan.student, model::TpGroup{tp_comm}, model::ModelOptions{dtype});
-    load_pruned(*m, *reader, plan);
-    m->to(device.torch_device());
-    data::DataLoader loader(sampler, {o.micro_batch, layout.dp_rank(), layout.dp_size()}, data::DataCursor::start(*sampler));
-    torch::NoGradGuard ng;
-    double sum = 0, tokens = 0;
-    for (int64_t s = 0; s < steps; ++s) {
-      torch::Tensor ids = torch::empty({o.micro_batch, o.seq_len + 1}, torch::kInt);
-      loader.next(ids.data_ptr<int32_t>());
-      torch::Tensor all = ids.to(device.torch_device(), torch::kLong);
-      torch::Tensor input = all.narrow(1, 0, o.seq_len).contiguous();
-      torch::Tensor labels = all.narrow(1, 1, o.seq_len).reshape({-1}).contiguous();
-      torch::Tensor local = m->logits_local(m->hidden_states(input));
-      local = local.reshape({-1, local.size(-1)});
-      torch::Tensor ce = dist::vocab_parallel_cross_entropy(local, labels, *tp_comm, teacher.vocab_size);
-      sum += ce.to(torch::kFloat64).sum().item<double>();
-      tokens += double(labels.numel());
-    }
-    torch::Tensor acc = torch::tensor({sum, tokens}, torch::kFloat64);
-    layout.dp().all_reduce(acc);
-    cand.score = acc[0].item<double>() / acc[1].item<double>();
+    cand.score = candidate_loss(teacher, cand, k, scores, o.scores_source, *reader, setup, pass);
     cand.scored = true;
     if (root) {
       const double el = std::chrono::duration<double>(clock::now() - t0).count();

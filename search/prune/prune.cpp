@@ -148,7 +148,9 @@ IndexList as_list(std::vector<int64_t> v, int64_t full) {
   if (int64_t(v.size()) == full) return nullptr;  // an ascending subset of full size is everything
   return std::make_shared<const std::vector<int64_t>>(std::move(v));
 }
-std::vector<int64_t> materialise(const IndexList& l, int64_t full) { return l ? *l : iota(full); }
+std::vector<int64_t> materialise(const IndexList& l, int64_t full) {
+  return l ? *l : iota(full);
+}
 
 struct Planner {
   const model::ArchSpec& t;
@@ -201,169 +203,184 @@ struct Planner {
   }
 
   void layer(size_t i, const IndexList& hid, double hscale) {
-    const model::LayerSpec &ls = s.layers[i], &lt = t.layers[i];
+    const model::LayerSpec& ls = s.layers[i];
     const std::string p = "layers." + std::to_string(i) + ".";
     const int64_t Ht = t.hidden_size;
-    auto& units = plan.layers[i];
     if (ls.attention || ls.mamba) add(p + "mixer_norm.weight", {Ht}, {hid}, hscale);
     if (ls.mlp || ls.moe) add(p + "ffn_norm.weight", {Ht}, {hid}, hscale);
+    if (ls.attention) attention(i, p + "attention.", hid);
+    if (ls.mamba) mamba(i, p + "mamba.", hid);
+    if (ls.mlp) dense_mlp(i, p + "mlp.", hid);
+    if (ls.moe) moe(i, p + "moe.", hid);
+  }
 
-    if (ls.attention) {
-      const auto &a = *ls.attention, &b = *lt.attention;
-      const int64_t d = b.head_dim, K = b.num_kv_heads, g = b.num_heads / K;
-      const int64_t Ks = a.num_kv_heads, gs = a.num_heads / a.num_kv_heads;
-      std::vector<int64_t> groups = iota(K), heads;
-      if (Ks < K) {
+  // Attention: whole KV groups, then query heads within each kept group.
+  void attention(size_t i, const std::string& w, const IndexList& hid) {
+    const model::LayerSpec &ls = s.layers[i], &lt = t.layers[i];
+    const int64_t Ht = t.hidden_size;
+    auto& units = plan.layers[i];
+    const auto &a = *ls.attention, &b = *lt.attention;
+    const int64_t d = b.head_dim, K = b.num_kv_heads, g = b.num_heads / K;
+    const int64_t Ks = a.num_kv_heads, gs = a.num_heads / a.num_kv_heads;
+    std::vector<int64_t> groups = iota(K), heads;
+    if (Ks < K) {
+      const auto& sc = layer_scores(i);
+      need(sc.attn_kv_groups, where(i) + ".attn_kv_groups", K, "KV groups");
+      groups = top_k(sc.attn_kv_groups, 0, K, Ks);
+      units.attn_kv_groups = groups;
+    }
+    for (int64_t k : groups) {
+      if (gs < g) {
         const auto& sc = layer_scores(i);
-        need(sc.attn_kv_groups, where(i) + ".attn_kv_groups", K, "KV groups");
-        groups = top_k(sc.attn_kv_groups, 0, K, Ks);
-        units.attn_kv_groups = groups;
-      }
-      for (int64_t k : groups) {
-        if (gs < g) {
-          const auto& sc = layer_scores(i);
-          need(sc.attn_heads, where(i) + ".attn_heads", b.num_heads, "attention heads");
-          for (int64_t h : top_k(sc.attn_heads, k * g, g, gs)) heads.push_back(k * g + h);
-        } else {
-          for (int64_t h = 0; h < g; ++h) heads.push_back(k * g + h);
-        }
-      }
-      if (gs < g) units.attn_heads = heads;
-      std::vector<int64_t> qrows, kvrows;
-      for (int64_t h : heads)
-        for (int64_t c = 0; c < d; ++c) qrows.push_back(h * d + c);
-      for (int64_t k : groups)
-        for (int64_t c = 0; c < d; ++c) kvrows.push_back(k * d + c);
-      const int64_t hq = b.num_heads * d, hkv = K * d;
-      IndexList q = as_list(qrows, hq), kv = as_list(kvrows, hkv);
-      const std::string w = p + "attention.";
-      add(w + "q_proj.weight", {hq, Ht}, {q, hid});
-      add(w + "k_proj.weight", {hkv, Ht}, {kv, hid});
-      add(w + "v_proj.weight", {hkv, Ht}, {kv, hid});
-      if (b.qkv_bias) {
-        add(w + "q_proj.bias", {hq}, {q});
-        add(w + "k_proj.bias", {hkv}, {kv});
-        add(w + "v_proj.bias", {hkv}, {kv});
-      }
-      add(w + "o_proj.weight", {Ht, hq}, {hid, q});
-      if (b.o_bias) add(w + "o_proj.bias", {Ht}, {hid});
-      if (b.qk_norm) {
-        add(w + "q_norm.weight", {d}, {nullptr});
-        add(w + "k_norm.weight", {d}, {nullptr});
+        need(sc.attn_heads, where(i) + ".attn_heads", b.num_heads, "attention heads");
+        for (int64_t h : top_k(sc.attn_heads, k * g, g, gs)) heads.push_back(k * g + h);
+      } else {
+        for (int64_t h = 0; h < g; ++h) heads.push_back(k * g + h);
       }
     }
-
-    if (ls.mamba) {
-      const auto &a = *ls.mamba, &b = *lt.mamba;
-      const int64_t H = b.num_heads, P = b.head_dim, G = b.n_groups, N = b.state_size, R = H / G;
-      const int64_t Hs = a.num_heads, Ps = a.head_dim, Rs = Hs / G;
-      std::vector<int64_t> heads, chans = iota(P);
-      for (int64_t gi = 0; gi < G; ++gi) {
-        if (Rs < R) {
-          const auto& sc = layer_scores(i);
-          need(sc.mamba_heads, where(i) + ".mamba_heads", H, "Mamba heads");
-          for (int64_t h : top_k(sc.mamba_heads, gi * R, R, Rs)) heads.push_back(gi * R + h);
-        } else {
-          for (int64_t h = 0; h < R; ++h) heads.push_back(gi * R + h);
-        }
-      }
-      if (Rs < R) units.mamba_heads = heads;
-      if (Ps < P) {
-        const auto& sc = layer_scores(i);
-        need(sc.mamba_head_dim, where(i) + ".mamba_head_dim", P, "head-dim channels");
-        chans = top_k(sc.mamba_head_dim, 0, P, Ps);
-        units.mamba_head_dim = chans;
-      }
-      const int64_t DI = H * P, GN = G * N, proj = 2 * DI + 2 * GN + H, conv = DI + 2 * GN;
-      std::vector<int64_t> dch;  // kept d_inner channels, head-major
-      for (int64_t h : heads)
-        for (int64_t c : chans) dch.push_back(h * P + c);
-      std::vector<int64_t> in_rows, conv_rows;
-      for (int64_t c : dch) in_rows.push_back(c);                        // z
-      for (int64_t c : dch) in_rows.push_back(DI + c);                   // x
-      for (int64_t c = 0; c < 2 * GN; ++c) in_rows.push_back(2 * DI + c);  // B, C
-      for (int64_t h : heads) in_rows.push_back(2 * DI + 2 * GN + h);    // dt
-      for (int64_t c : dch) conv_rows.push_back(c);                      // x
-      for (int64_t c = 0; c < 2 * GN; ++c) conv_rows.push_back(DI + c);  // B, C
-      IndexList in = as_list(in_rows, proj), cv = as_list(conv_rows, conv), hd = as_list(heads, H), di = as_list(dch, DI);
-      const std::string w = p + "mamba.";
-      add(w + "in_proj.weight", {proj, Ht}, {in, hid});
-      if (b.proj_bias) add(w + "in_proj.bias", {proj}, {in});
-      add(w + "conv1d.weight", {conv, 1, b.conv_kernel}, {cv, nullptr, nullptr});
-      if (b.conv_bias) add(w + "conv1d.bias", {conv}, {cv});
-      for (const char* n : {"dt_bias", "A_log", "D"}) add(w + n, {H}, {hd});
-      // The gated norm normalises groups of d_inner / G channels: R P -> Rs Ps.
-      add(w + "norm.weight", {DI}, {di}, std::sqrt(double(R * P) / double(Rs * Ps)));
-      add(w + "out_proj.weight", {Ht, DI}, {hid, di});
-      if (b.proj_bias) add(w + "out_proj.bias", {Ht}, {hid});
+    if (gs < g) units.attn_heads = heads;
+    std::vector<int64_t> qrows, kvrows;
+    for (int64_t h : heads)
+      for (int64_t c = 0; c < d; ++c) qrows.push_back(h * d + c);
+    for (int64_t k : groups)
+      for (int64_t c = 0; c < d; ++c) kvrows.push_back(k * d + c);
+    const int64_t hq = b.num_heads * d, hkv = K * d;
+    IndexList q = as_list(qrows, hq), kv = as_list(kvrows, hkv);
+    add(w + "q_proj.weight", {hq, Ht}, {q, hid});
+    add(w + "k_proj.weight", {hkv, Ht}, {kv, hid});
+    add(w + "v_proj.weight", {hkv, Ht}, {kv, hid});
+    if (b.qkv_bias) {
+      add(w + "q_proj.bias", {hq}, {q});
+      add(w + "k_proj.bias", {hkv}, {kv});
+      add(w + "v_proj.bias", {hkv}, {kv});
     }
+    add(w + "o_proj.weight", {Ht, hq}, {hid, q});
+    if (b.o_bias) add(w + "o_proj.bias", {Ht}, {hid});
+    if (b.qk_norm) {
+      add(w + "q_norm.weight", {d}, {nullptr});
+      add(w + "k_norm.weight", {d}, {nullptr});
+    }
+  }
 
-    if (ls.mlp) {
-      const auto &a = *ls.mlp, &b = *lt.mlp;
-      const int64_t F = b.ffn_size;
+  // Mamba-2: heads within each group, head-dim channels shared by all heads.
+  void mamba(size_t i, const std::string& w, const IndexList& hid) {
+    const model::LayerSpec &ls = s.layers[i], &lt = t.layers[i];
+    const int64_t Ht = t.hidden_size;
+    auto& units = plan.layers[i];
+    const auto &a = *ls.mamba, &b = *lt.mamba;
+    const int64_t H = b.num_heads, P = b.head_dim, G = b.n_groups, N = b.state_size, R = H / G;
+    const int64_t Hs = a.num_heads, Ps = a.head_dim, Rs = Hs / G;
+    std::vector<int64_t> heads, chans = iota(P);
+    for (int64_t gi = 0; gi < G; ++gi) {
+      if (Rs < R) {
+        const auto& sc = layer_scores(i);
+        need(sc.mamba_heads, where(i) + ".mamba_heads", H, "Mamba heads");
+        for (int64_t h : top_k(sc.mamba_heads, gi * R, R, Rs)) heads.push_back(gi * R + h);
+      } else {
+        for (int64_t h = 0; h < R; ++h) heads.push_back(gi * R + h);
+      }
+    }
+    if (Rs < R) units.mamba_heads = heads;
+    if (Ps < P) {
+      const auto& sc = layer_scores(i);
+      need(sc.mamba_head_dim, where(i) + ".mamba_head_dim", P, "head-dim channels");
+      chans = top_k(sc.mamba_head_dim, 0, P, Ps);
+      units.mamba_head_dim = chans;
+    }
+    const int64_t DI = H * P, GN = G * N, proj = 2 * DI + 2 * GN + H, conv = DI + 2 * GN;
+    std::vector<int64_t> dch;  // kept d_inner channels, head-major
+    for (int64_t h : heads)
+      for (int64_t c : chans) dch.push_back(h * P + c);
+    std::vector<int64_t> in_rows, conv_rows;
+    for (int64_t c : dch) in_rows.push_back(c);                        // z
+    for (int64_t c : dch) in_rows.push_back(DI + c);                   // x
+    for (int64_t c = 0; c < 2 * GN; ++c) in_rows.push_back(2 * DI + c);  // B, C
+    for (int64_t h : heads) in_rows.push_back(2 * DI + 2 * GN + h);    // dt
+    for (int64_t c : dch) conv_rows.push_back(c);                      // x
+    for (int64_t c = 0; c < 2 * GN; ++c) conv_rows.push_back(DI + c);  // B, C
+    IndexList in = as_list(in_rows, proj), cv = as_list(conv_rows, conv), hd = as_list(heads, H), di = as_list(dch, DI);
+    add(w + "in_proj.weight", {proj, Ht}, {in, hid});
+    if (b.proj_bias) add(w + "in_proj.bias", {proj}, {in});
+    add(w + "conv1d.weight", {conv, 1, b.conv_kernel}, {cv, nullptr, nullptr});
+    if (b.conv_bias) add(w + "conv1d.bias", {conv}, {cv});
+    for (const char* n : {"dt_bias", "A_log", "D"}) add(w + n, {H}, {hd});
+    // The gated norm normalises groups of d_inner / G channels: R P -> Rs Ps.
+    add(w + "norm.weight", {DI}, {di}, std::sqrt(double(R * P) / double(Rs * Ps)));
+    add(w + "out_proj.weight", {Ht, DI}, {hid, di});
+    if (b.proj_bias) add(w + "out_proj.bias", {Ht}, {hid});
+  }
+
+  // Dense MLP: FFN neurons.
+  void dense_mlp(size_t i, const std::string& w, const IndexList& hid) {
+    const model::LayerSpec &ls = s.layers[i], &lt = t.layers[i];
+    auto& units = plan.layers[i];
+    const auto &a = *ls.mlp, &b = *lt.mlp;
+    const int64_t F = b.ffn_size;
+    IndexList n;
+    if (a.ffn_size < F) {
+      const auto& sc = layer_scores(i);
+      need(sc.mlp_neurons, where(i) + ".mlp_neurons", F, "FFN neurons");
+      units.mlp_neurons = top_k(sc.mlp_neurons, 0, F, a.ffn_size);
+      n = as_list(units.mlp_neurons, F);
+    }
+    mlp(w, F, b.activation, b.bias, n, hid);
+  }
+
+  // MoE: routed experts, the latent channels, each kept expert's neurons, the shared expert's.
+  void moe(size_t i, const std::string& w, const IndexList& hid) {
+    const model::LayerSpec &ls = s.layers[i], &lt = t.layers[i];
+    const int64_t Ht = t.hidden_size;
+    auto& units = plan.layers[i];
+    const auto &a = *ls.moe, &b = *lt.moe;
+    const int64_t E = b.num_experts, F = b.expert_ffn, L = b.latent_size;
+    std::vector<int64_t> experts = iota(E);
+    if (a.num_experts < E) {
+      const auto& sc = layer_scores(i);
+      need(sc.moe_experts, where(i) + ".moe_experts", E, "experts");
+      experts = top_k(sc.moe_experts, 0, E, a.num_experts);
+      units.moe_experts = experts;
+    }
+    IndexList ex = as_list(experts, E);
+    add(w + "gate.weight", {E, Ht}, {ex, hid});
+    if (b.router == model::RouterKind::SigmoidBias) add(w + "gate.e_score_correction_bias", {E}, {ex});
+    IndexList in = hid;
+    int64_t in_full = Ht;
+    if (L > 0) {
+      in_full = L;
+      in = nullptr;
+      if (a.latent_size < L) {
+        const auto& sc = layer_scores(i);
+        need(sc.moe_latent, where(i) + ".moe_latent", L, "latent channels");
+        units.moe_latent = top_k(sc.moe_latent, 0, L, a.latent_size);
+        in = as_list(units.moe_latent, L);
+      }
+      add(w + "fc1_latent_proj.weight", {L, Ht}, {in, hid});
+      add(w + "fc2_latent_proj.weight", {Ht, L}, {hid, in});
+    }
+    for (size_t j = 0; j < experts.size(); ++j) {
+      const int64_t e = experts[j];
       IndexList n;
-      if (a.ffn_size < F) {
+      if (a.expert_ffn < F) {
         const auto& sc = layer_scores(i);
-        need(sc.mlp_neurons, where(i) + ".mlp_neurons", F, "FFN neurons");
-        units.mlp_neurons = top_k(sc.mlp_neurons, 0, F, a.ffn_size);
-        n = as_list(units.mlp_neurons, F);
+        need(sc.moe_expert_neurons, where(i) + ".moe_expert_neurons", E * F, "expert FFN neurons");
+        n = as_list(top_k(sc.moe_expert_neurons, e * F, F, a.expert_ffn), F);
       }
-      mlp(p + "mlp.", F, b.activation, b.bias, n, hid);
+      const std::string sn = w + "experts." + std::to_string(j) + ".", tn = w + "experts." + std::to_string(e) + ".";
+      add(sn + "up_proj.weight", tn + "up_proj.weight", {F, in_full}, {n, in});
+      add(sn + "down_proj.weight", tn + "down_proj.weight", {in_full, F}, {in, n});
+      if (b.activation == model::MlpActivation::SwiGLU)
+        add(sn + "gate_proj.weight", tn + "gate_proj.weight", {F, in_full}, {n, in});
     }
-
-    if (ls.moe) {
-      const auto &a = *ls.moe, &b = *lt.moe;
-      const int64_t E = b.num_experts, F = b.expert_ffn, L = b.latent_size;
-      std::vector<int64_t> experts = iota(E);
-      if (a.num_experts < E) {
+    if (a.shared_ffn > 0) {
+      const int64_t Fs = b.shared_ffn;
+      IndexList n;
+      if (a.shared_ffn < Fs) {
         const auto& sc = layer_scores(i);
-        need(sc.moe_experts, where(i) + ".moe_experts", E, "experts");
-        experts = top_k(sc.moe_experts, 0, E, a.num_experts);
-        units.moe_experts = experts;
+        need(sc.moe_shared_neurons, where(i) + ".moe_shared_neurons", Fs, "shared-expert neurons");
+        units.moe_shared_neurons = top_k(sc.moe_shared_neurons, 0, Fs, a.shared_ffn);
+        n = as_list(units.moe_shared_neurons, Fs);
       }
-      const std::string w = p + "moe.";
-      IndexList ex = as_list(experts, E);
-      add(w + "gate.weight", {E, Ht}, {ex, hid});
-      if (b.router == model::RouterKind::SigmoidBias) add(w + "gate.e_score_correction_bias", {E}, {ex});
-      IndexList in = hid;
-      int64_t in_full = Ht;
-      if (L > 0) {
-        in_full = L;
-        in = nullptr;
-        if (a.latent_size < L) {
-          const auto& sc = layer_scores(i);
-          need(sc.moe_latent, where(i) + ".moe_latent", L, "latent channels");
-          units.moe_latent = top_k(sc.moe_latent, 0, L, a.latent_size);
-          in = as_list(units.moe_latent, L);
-        }
-        add(w + "fc1_latent_proj.weight", {L, Ht}, {in, hid});
-        add(w + "fc2_latent_proj.weight", {Ht, L}, {hid, in});
-      }
-      for (size_t j = 0; j < experts.size(); ++j) {
-        const int64_t e = experts[j];
-        IndexList n;
-        if (a.expert_ffn < F) {
-          const auto& sc = layer_scores(i);
-          need(sc.moe_expert_neurons, where(i) + ".moe_expert_neurons", E * F, "expert FFN neurons");
-          n = as_list(top_k(sc.moe_expert_neurons, e * F, F, a.expert_ffn), F);
-        }
-        const std::string sn = w + "experts." + std::to_string(j) + ".", tn = w + "experts." + std::to_string(e) + ".";
-        add(sn + "up_proj.weight", tn + "up_proj.weight", {F, in_full}, {n, in});
-        add(sn + "down_proj.weight", tn + "down_proj.weight", {in_full, F}, {in, n});
-        if (b.activation == model::MlpActivation::SwiGLU)
-          add(sn + "gate_proj.weight", tn + "gate_proj.weight", {F, in_full}, {n, in});
-      }
-      if (a.shared_ffn > 0) {
-        const int64_t Fs = b.shared_ffn;
-        IndexList n;
-        if (a.shared_ffn < Fs) {
-          const auto& sc = layer_scores(i);
-          need(sc.moe_shared_neurons, where(i) + ".moe_shared_neurons", Fs, "shared-expert neurons");
-          units.moe_shared_neurons = top_k(sc.moe_shared_neurons, 0, Fs, a.shared_ffn);
-          n = as_list(units.moe_shared_neurons, Fs);
-        }
-        mlp(w + "shared_experts.", Fs, b.activation, false, n, hid);
-      }
+      mlp(w + "shared_experts.", Fs, b.activation, false, n, hid);
     }
   }
 

@@ -1,0 +1,24 @@
+// Scoring on calibration batches (job/calibration.h).
+#include "job/calibration.h"
+
+namespace ac::job {
+
+std::vector<double> score_over_dp(const ScorePass& pass, const dist::ParallelLayout& layout, const torch::Device& device,
+                                  size_t n, const ScoreFn& score, dist::ReduceOp op) {
+  data::DataLoader loader(pass.sampler, {pass.micro_batch, layout.dp_rank(), layout.dp_size()},
+                          data::DataCursor::start(*pass.sampler));
+  torch::NoGradGuard ng;
+  std::vector<double> sums(n, 0.0);
+  for (int64_t s = 0; s < pass.steps; ++s) {
+    const std::vector<int64_t> rows = loader.next_indices();
+    score(s, next_batch(loader, pass.micro_batch, pass.seq_len, device), rows, sums);
+  }
+  // One rank: the sums as they are (a reduction over one rank is the identity).
+  if (layout.dp_size() == 1) return sums;
+  torch::Tensor t = torch::tensor(sums, torch::kFloat64);
+  layout.dp().all_reduce(t, op);
+  for (size_t i = 0; i < n; ++i) sums[i] = t[int64_t(i)].item<double>();
+  return sums;
+}
+
+}  // namespace ac::job
