@@ -2,7 +2,8 @@
 // the exact cost model and the ArchSpec counts (and every excluded one outside it), an
 // impossible budget refused with the smallest reachable value, and on a toy teacher whose
 // data it generated itself, the one candidate that removes only dead FFN neurons is chosen
-// (at 1, 2 and 4 ranks, TP 2 where the world allows).
+// (at 1, 2 and 4 ranks, TP 2 where the world allows). Also job::score_over_dp, which scores the
+// candidates: every DP rank's share of the batches, reduced over DP.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,9 @@
 
 #include "data/indexed_dataset.h"
 #include "dist/error.h"
+#include "job/calibration.h"
+#include "job/setup.h"
+#include "job/token_data.h"
 #include "search/costmodel/cost_model.h"
 #include "search/minitron/minitron.h"
 #include "search/prune/prune.h"
@@ -217,4 +221,48 @@ TEST(Minitron, ChoosesTheCandidateThatOnlyRemovesDeadNeurons) {
   const auto j = nlohmann::json::parse(js);
   EXPECT_EQ(j["candidates"].size(), 7u);
   EXPECT_TRUE(j["candidates"][size_t(r.chosen)]["chosen"].get<bool>());
+}
+
+// job::score_over_dp (Minitron's candidate scores): each DP rank scores its rows of the first
+// steps x micro x DP calibration samples; Sum over DP gives the totals of reading those samples
+// directly, Avg their mean over the DP ranks. Token ids are integers: the sums are exact.
+TEST(Minitron, ScoreOverDpCoversEveryRanksSamplesOnce) {
+  const std::string dir = shared_dir("score-over-dp");
+  if (world_rank() == 0) {
+    data::IndexedDatasetWriter w(dir + "/data", data::DType::U16);
+    std::vector<int64_t> doc(40);
+    for (int64_t d = 0; d < 40; ++d) {
+      for (size_t i = 0; i < doc.size(); ++i) doc[i] = (d * 7 + int64_t(i) * 3) % 500;
+      w.add_document(doc.data(), doc.size());
+    }
+    w.finalize();
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  job::SetupOptions so;
+  so.device = "cpu";
+  so.dtype = "f32";
+  so.tp = world_size() % 2 == 0 ? 2 : 1;
+  so.host_collectives = true;
+  const job::JobSetup setup = job::make_job_setup(MPI_COMM_WORLD, so);
+  const int64_t micro = 2, seq = 16, steps = 3, dp = setup.layout->dp_size();
+  const job::TokenData token_data({dir + "/data"}, "1,98,1", seq, 1234);
+  const job::ScorePass pass{token_data.sampler(data::Split::Calibration), micro, seq, steps};
+  auto score = [&](int64_t, const job::Batch& b, const std::vector<int64_t>& rows, std::vector<double>& s) {
+    s[0] += b.input.sum().item<double>();
+    s[1] += double(b.labels.numel());
+    for (int64_t r : rows) s[2] += double(r);
+  };
+  const auto sums = job::score_over_dp(pass, *setup.layout, setup.rd.device, 3, score);
+  const int64_t n = steps * micro * dp;
+  double tokens = 0;
+  std::vector<int32_t> row(size_t(seq + 1));
+  for (int64_t k = 0; k < n; ++k) {
+    pass.sampler->sample(k, row.data());
+    for (int64_t t = 0; t < seq; ++t) tokens += row[size_t(t)];
+  }
+  EXPECT_EQ(sums[0], tokens);
+  EXPECT_EQ(sums[1], double(n * seq));
+  EXPECT_EQ(sums[2], double(n * (n - 1) / 2));  // rows 0 .. n-1, each once
+  const auto mean = job::score_over_dp(pass, *setup.layout, setup.rd.device, 3, score, dist::ReduceOp::Avg);
+  EXPECT_EQ(mean[1], double(steps * micro * seq));
 }
