@@ -108,6 +108,13 @@ int run_inspect(const po::variables_map& vm, RunContext& ctx) {
 }
 
 int run_sample(const po::variables_map& vm, RunContext& ctx) {
+  {
+    const int dp = vm["dp-size"].as<int>();
+    const int64_t mbs = vm["micro-batch-size"].as<int64_t>(), steps = vm["steps"].as<int64_t>();
+    if (dp < 1 || dp > 65536) throw InputError("command line", "--dp-size", std::to_string(dp) + " must be in [1, 65536]");
+    if (mbs < 1) throw InputError("command line", "--micro-batch-size", std::to_string(mbs) + " must be positive");
+    if (steps < 0) throw InputError("command line", "--steps", std::to_string(steps) + " must not be negative");
+  }
   std::vector<data::BlendEntry> entries;
   for (const auto& s : vm["data"].as<std::vector<std::string>>()) entries.push_back(data::parse_blend_entry(s));
   auto sampler = std::make_shared<data::BlendedSampler>(entries, vm["seq-len"].as<int64_t>(), vm["seed"].as<uint64_t>(),
@@ -130,9 +137,6 @@ int run_sample(const po::variables_map& vm, RunContext& ctx) {
   }
   const int dp = vm["dp-size"].as<int>();
   const int64_t mbs = vm["micro-batch-size"].as<int64_t>(), steps = vm["steps"].as<int64_t>();
-  if (dp < 1 || dp > 65536) throw InputError("command line", "--dp-size", std::to_string(dp) + " must be in [1, 65536]");
-  if (mbs < 1) throw InputError("command line", "--micro-batch-size", std::to_string(mbs) + " must be positive");
-  if (steps < 0) throw InputError("command line", "--steps", std::to_string(steps) + " must not be negative");
   // Each rank of the job acts as DP rank (world rank % dp); a single process plays all of
   // them in turn, which prints the same global order.
   std::vector<int> ranks;
