@@ -83,8 +83,14 @@ hostile 2 "wl-1e15.json: prompt_tokens: 1000000000000000 is more than the" \
 
 echo "== 3. outputs: devices, full disks, checkpoints"
 PLAN=(plan --teacher "$M/nemotron-3-super.json" --student "$M/nemotron-3-super-74b.json" --cluster 8x8xh100 --tp 8 --ep 4 --zero 1)
-hostile 2 "/dev/full: --json: exists and is a character device" "$AC_BIN" "${PLAN[@]}" --json /dev/full
-[ -c /dev/full ] || fail "/dev/full is no longer a character device"
+# A device node of our own (the /dev/full device, 1:7), so that a build with the bug replaces
+# that node, not the machine's /dev/full; without root (no mknod) the FIFO case below remains.
+if mknod "$T/full-dev" c 1 7 2>/dev/null; then
+  hostile 2 "full-dev: --json: exists and is a character device" "$AC_BIN" "${PLAN[@]}" --json "$T/full-dev"
+  [ -c "$T/full-dev" ] || fail "the device node was replaced by a file"
+else
+  echo "cannot mknod here: skipped the device case"
+fi
 mkdir -p "$T/outdir/plan.json"
 hostile 2 "plan.json: --json: exists and is a directory" "$AC_BIN" "${PLAN[@]}" --json "$T/outdir/plan.json"
 mkfifo "$T/plan-fifo.json"
