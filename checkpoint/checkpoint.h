@@ -100,16 +100,24 @@ class CheckpointReader {
   const DatasetInfo& info(const std::string& name) const;  // throws InputError naming file + dataset
 
   // The hyperslab [offset, offset + count) in the stored dtype. Empty offset/count: all.
+  // Every stored CRC32 slice that lies inside the hyperslab is checked (InputError on a
+  // mismatch) unless set_check_checksums(false); slices only partly read are not.
   torch::Tensor read(const std::string& name, std::vector<int64_t> offset = {}, std::vector<int64_t> count = {}) const;
   // Reads the slice that `out` covers at `offset`, checking that the dataset has
   // `expected_global_shape` (when given); converts to out's dtype.
   void read_into(const std::string& name, torch::Tensor& out, const std::vector<int64_t>& offset,
                  const std::vector<int64_t>& expected_global_shape = {}) const;
 
-  // Reads every dataset; checks recorded checksums. Returns the problems found (empty: ok).
+  // Reads every dataset; checks recorded checksums (a dataset without them is a problem).
+  // Returns the problems found (empty: ok).
   std::vector<std::string> verify(bool checksums = true) const;
 
+  // Whether read() checks CRC32s (default true; --skip-checksums turns it off).
+  void set_check_checksums(bool on) { check_checksums_ = on; }
+
  private:
+  torch::Tensor read_unchecked(const std::string& name, std::vector<int64_t> offset, std::vector<int64_t> count) const;
+  bool check_checksums_ = true;
   std::string path_;
   long long file_ = -1;  // hid_t
   nlohmann::json attributes_;

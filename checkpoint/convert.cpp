@@ -153,6 +153,8 @@ std::vector<std::string> verify_model_shapes(const CheckpointReader& reader, con
     else if (it->second != d.shape)
       problems.push_back(reader.path() + ": " + d.name + ": has shape " + shape_text(d.shape) + ", the ArchSpec wants " +
                          shape_text(it->second));
+    if (d.dtype != "float32" && d.dtype != "bfloat16" && d.dtype != "float16")
+      problems.push_back(reader.path() + ": " + d.name + ": has dtype " + d.dtype + ", a model weight must be float32, bfloat16 or float16");
   }
   for (const auto& [logical, shape] : want)
     if (!seen.count(logical))

@@ -39,6 +39,8 @@ void load_model(model::CausalLM& m, const CheckpointReader& reader, const std::s
       for (size_t i = 0; i < info.shape.size(); ++i) have += (i ? ", " : "") + std::to_string(info.shape[i]);
       throw InputError(reader.path(), name, "has shape " + have + "], the ArchSpec wants " + want + "]");
     }
+    if (info.dtype != "float32" && info.dtype != "bfloat16" && info.dtype != "float16")
+      throw InputError(reader.path(), name, "has dtype " + info.dtype + ", a model weight must be float32, bfloat16 or float16");
     std::vector<int64_t> offset(piece.logical_shape.size(), 0), count = piece.logical_shape;
     if (!offset.empty()) {
       offset[static_cast<size_t>(piece.dim)] = piece.start;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 
 namespace ac::data {
 
@@ -230,11 +231,7 @@ void split_isolated(const Regex& re, pcre2_match_data* md, const std::vector<std
 BpeTokenizer::~BpeTokenizer() = default;
 
 std::shared_ptr<const BpeTokenizer> BpeTokenizer::from_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(path, "file", "cannot open");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return from_json_text(ss.str(), path);
+  return from_json_text(read_regular_file(path, "tokenizer.json"), path);
 }
 
 std::shared_ptr<const BpeTokenizer> BpeTokenizer::from_json_text(const std::string& text, const std::string& name) {
@@ -282,8 +279,9 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::from_json_text(const std::stri
   for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0) bad(name, "model.vocab[\"" + it.key() + "\"]", "id is not a non-negative integer");
     int64_t id = it.value().get<int64_t>();
+    auto [prev, fresh] = im.id_to_token.emplace(id, it.key());
+    if (!fresh) bad(name, "model.vocab[\"" + it.key() + "\"]", "id " + std::to_string(id) + " is also the id of \"" + prev->second + "\"");
     im.vocab[it.key()] = id;
-    im.id_to_token[id] = it.key();
     max_id = std::max(max_id, id);
   }
   for (int b = 0; b < 256; ++b) {
@@ -365,7 +363,10 @@ std::shared_ptr<const BpeTokenizer> BpeTokenizer::from_json_text(const std::stri
       if (a.value("single_word", false)) bad(name, field + ".single_word", "true is not supported");
       Added t{a.at("content").get<std::string>(), a.at("id").get<int64_t>(), a.value("lstrip", false), a.value("rstrip", false)};
       if (t.content.empty()) bad(name, field + ".content", "is empty");
-      im.added_by_id[t.id] = t.content;
+      if (t.id < 0) bad(name, field + ".id", "is negative");
+      auto [prev, fresh] = im.added_by_id.emplace(t.id, t.content);
+      if (!fresh && prev->second != t.content)
+        bad(name, field + ".id", std::to_string(t.id) + " is also the id of added token \"" + prev->second + "\"");
       max_id = std::max(max_id, t.id);
       im.added.push_back(std::move(t));
     }
@@ -395,6 +396,9 @@ std::optional<int64_t> BpeTokenizer::default_eos_id() const {
 
 void BpeTokenizer::encode(std::string_view text, Workspace& ws, std::vector<int64_t>* out) const {
   const Impl& im = *impl_;
+  // The regexes run with PCRE2_NO_UTF_CHECK: invalid UTF-8 would be undefined behaviour there.
+  if (const size_t bad_at = find_invalid_utf8(text); bad_at != std::string_view::npos)
+    throw InputError(name_, "text to encode", "invalid UTF-8 at byte " + std::to_string(bad_at) + " of " + std::to_string(text.size()));
   // 1. Split out added tokens (leftmost, then longest), honouring lstrip / rstrip.
   size_t seg_start = 0, i = 0;
   auto encode_plain = [&](std::string_view seg) {

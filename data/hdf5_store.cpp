@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 
 namespace ac::data {
 namespace {
@@ -140,6 +141,7 @@ bool is_hdf5_path(const std::string& p) {
 
 Hdf5TokenWriter::Hdf5TokenWriter(const std::string& path, const Hdf5StoreOptions& opts) : path_(path), opts_(opts) {
   hid_t ft = file_type(opts.dtype);
+  check_output_path(path, "--output");
   const std::string tmp = path + ".tmp";
   {
     QuietHdf5 quiet;
@@ -206,6 +208,7 @@ void Hdf5TokenWriter::finalize() {
 
 Hdf5TokenStore::Hdf5TokenStore(const std::string& path) : path_(path) {
   QuietHdf5 quiet;
+  require_regular_file(path);
   if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
     std::fclose(f);
   } else {

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 
 namespace ac::data {
 namespace {
@@ -169,6 +170,7 @@ bool dtype_holds(DType t, int64_t v) {
 // ---- MappedFile ----------------------------------------------------------------------------
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
+  require_regular_file(path);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(path, "file", std::string("cannot open: ") + std::strerror(errno));
   struct stat st;
@@ -326,6 +328,8 @@ void IndexedDataset::read(int64_t d, int64_t offset, int64_t count, int32_t* out
 // ---- IndexedDatasetWriter ------------------------------------------------------------------
 
 IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, DType dtype) : prefix_(prefix), dtype_(dtype) {
+  check_output_path(prefix + ".bin", "--output");
+  check_output_path(prefix + ".idx", "--output");
   const std::string tmp = prefix + ".bin.tmp";
   bin_ = std::fopen(tmp.c_str(), "wb");
   if (!bin_) throw InputError(tmp, "file", std::string("cannot create: ") + std::strerror(errno));

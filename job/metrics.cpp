@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "dist/file_io.h"
+
 namespace fs = std::filesystem;
 
 namespace ac::job {
@@ -18,10 +20,7 @@ void truncate_metrics(const std::string& path, int64_t step) {
     } catch (const std::exception&) {
     }
   }
-  std::ofstream out(path + ".tmp", std::ios::trunc);
-  out << kept.str();
-  out.close();
-  fs::rename(path + ".tmp", path);
+  write_file_atomic(path, kept.str(), "metrics.jsonl");
 }
 
 void MetricsLog::write(const nlohmann::json& line) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <boost/program_options.hpp>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
@@ -40,10 +42,21 @@ inline void add_budget_ratio_options(boost::program_options::options_description
       "target-throughput-ratio", po::value<double>()->value_name("R"), "at least R x the teacher's predicted throughput");
 }
 
+// The value of budget option `name` (or `def` when absent): a positive finite number, else
+// InputError naming the option and the value as given.
+inline double budget_value(const boost::program_options::variables_map& vm, const char* name, double def) {
+  if (!vm.count(name)) return def;
+  const double v = vm[name].as<double>();
+  if (!(v > 0) || !std::isfinite(v)) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", v);
+    throw InputError("command line", std::string("--") + name, std::string(b) + " is not a budget: give a positive finite number");
+  }
+  return v;
+}
+
 inline void read_budget_ratio_options(const boost::program_options::variables_map& vm, search::SearchConstraints& c) {
-  auto take = [&](const char* name, double& v) {
-    if (vm.count(name)) v = vm[name].as<double>();
-  };
+  auto take = [&](const char* name, double& v) { v = budget_value(vm, name, v); };
   take("target-params-ratio", c.params_ratio);
   take("target-active-params-ratio", c.active_params_ratio);
   take("target-memory-gb-ratio", c.memory_ratio);
@@ -53,9 +66,7 @@ inline void read_budget_ratio_options(const boost::program_options::variables_ma
 }
 
 inline void read_budget_options(const boost::program_options::variables_map& vm, search::BudgetLimits& c) {
-  auto take = [&](const char* name, double& v) {
-    if (vm.count(name)) v = vm[name].as<double>();
-  };
+  auto take = [&](const char* name, double& v) { v = budget_value(vm, name, v); };
   take("target-params", c.params);
   take("target-active-params", c.active_params);
   take("target-memory-gb", c.memory_gb);

@@ -11,6 +11,7 @@
 #include "dist/error.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
+#include "launcher/config_file.h"
 
 namespace ac::launcher {
 namespace {
@@ -106,6 +107,7 @@ int run_import(const po::variables_map& vm, RunContext& ctx) {
       throw InputError("command line", "--dtype", "'" + opt.dtype + "': expected bf16 or f32");
   }
   opt.tp = vm["tp"].as<int>();
+  refuse_checkpoint_dir(vm["out"].as<std::string>(), "--out", vm["force"].as<bool>());
   const auto t0 = std::chrono::steady_clock::now();
   const auto r = checkpoint::import_hf(ctx.runtime.world(), vm["hf"].as<std::string>(), vm["out"].as<std::string>(), opt);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -143,6 +145,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
                       "Hugging Face checkpoint directory: config.json + model.safetensors or sharded with index")(
           "out", po::value<std::string>()->required()->value_name("DIR"),
           "checkpoint directory: gets step_0.h5, latest and manifest.json")(
+          "force", po::bool_switch(), "replace the checkpoint --out already holds")(
           "dtype", po::value<std::string>()->value_name("bf16|f32"), "stored dtype (default: config.json's torch_dtype)")(
           "tp", po::value<int>()->default_value(0),
           "tensor-parallel size the ranks load at (0: the world size; world = tp x dp, DP replica 0 writes)");

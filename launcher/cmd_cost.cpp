@@ -15,6 +15,7 @@
 #include "dist/cpu_features.h"
 #include "dist/device.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
 #include "launcher/hardware_arg.h"
@@ -107,15 +108,7 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
   std::printf("  peak %.1f GFLOP/s, memory %.2f GB/s, attention max %.3f, scan max %.3f; fit MAPE %.1f%%\n",
               r.profile.peak_flops / 1e9, r.profile.memory_bandwidth / 1e9, r.profile.attention.max,
               r.profile.scan.max, 100 * r.mape);
-  const std::string tmp = out + ".tmp";
-  {
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) throw InputError("--out", out, "cannot write " + tmp);
-    const std::string text = r.to_json().dump(2) + "\n";
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !ok) throw std::runtime_error(out + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) throw std::runtime_error(out + ": rename from " + tmp + " failed");
+  write_file_atomic(out, r.to_json().dump(2) + "\n", "--out");
   std::printf("  wrote %s (calibration took %.1f s)\n", out.c_str(), calib_s);
   return kExitOk;
 }
@@ -187,14 +180,8 @@ int run_cost_validate(const po::variables_map& vm, RunContext& ctx) {
   const search::ValidationResult r = search::validate_cost_model(hw, engine, o, cases);
   std::cout << r.table() << std::flush;
   if (vm.count("out")) {
-    const std::string out = vm["out"].as<std::string>(), tmp = out + ".tmp";
-    {
-      std::ofstream f(tmp);
-      if (!f) throw InputError("--out", out, "cannot write " + tmp);
-      f << r.to_json().dump(2) << "\n";
-      if (!f.flush()) throw std::runtime_error(out + ": write failed");
-    }
-    if (std::rename(tmp.c_str(), out.c_str()) != 0) throw std::runtime_error(out + ": rename from " + tmp + " failed");
+    const std::string out = vm["out"].as<std::string>();
+    write_file_atomic(out, r.to_json().dump(2) + "\n", "--out");
     std::printf("wrote %s\n", out.c_str());
   }
   return kExitOk;

@@ -14,8 +14,10 @@
 #include "data/preprocess.h"
 #include "data/sampler.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
+#include "launcher/config_file.h"
 
 namespace ac::launcher {
 namespace {
@@ -37,6 +39,7 @@ int run_preprocess(const po::variables_map& vm, RunContext& ctx) {
   c.inputs = vm["input"].as<std::vector<std::string>>();
   c.tokenizer_path = vm["tokenizer"].as<std::string>();
   c.output_prefix = vm["output"].as<std::string>();
+  refuse_checkpoint_dir(parent_dir(c.output_prefix), "--output", vm["force"].as<bool>());
   const std::string fmt = vm["format"].as<std::string>();
   if (fmt == "megatron") c.format = data::OutputFormat::Megatron;
   else if (fmt == "hdf5") c.format = data::OutputFormat::Hdf5;
@@ -105,6 +108,13 @@ int run_inspect(const po::variables_map& vm, RunContext& ctx) {
 }
 
 int run_sample(const po::variables_map& vm, RunContext& ctx) {
+  {
+    const int dp = vm["dp-size"].as<int>();
+    const int64_t mbs = vm["micro-batch-size"].as<int64_t>(), steps = vm["steps"].as<int64_t>();
+    if (dp < 1 || dp > 65536) throw InputError("command line", "--dp-size", std::to_string(dp) + " must be in [1, 65536]");
+    if (mbs < 1) throw InputError("command line", "--micro-batch-size", std::to_string(mbs) + " must be positive");
+    if (steps < 0) throw InputError("command line", "--steps", std::to_string(steps) + " must not be negative");
+  }
   std::vector<data::BlendEntry> entries;
   for (const auto& s : vm["data"].as<std::vector<std::string>>()) entries.push_back(data::parse_blend_entry(s));
   auto sampler = std::make_shared<data::BlendedSampler>(entries, vm["seq-len"].as<int64_t>(), vm["seed"].as<uint64_t>(),
@@ -113,6 +123,7 @@ int run_sample(const po::variables_map& vm, RunContext& ctx) {
   data::DataCursor cursor = data::DataCursor::start(*sampler);
   if (vm.count("cursor-in")) {
     const std::string p = vm["cursor-in"].as<std::string>();
+    require_regular_file(p, "--cursor-in");
     std::ifstream f(p);
     if (!f) throw InputError(p, "file", "cannot open");
     nlohmann::json j;
@@ -148,13 +159,7 @@ int run_sample(const po::variables_map& vm, RunContext& ctx) {
     }
   }
   if (vm.count("cursor-out") && ctx.runtime.is_root()) {
-    const std::string p = vm["cursor-out"].as<std::string>(), tmp = p + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << loaders[0]->cursor().to_json().dump(2) << "\n";
-      if (!f) throw std::runtime_error(tmp + ": write failed");
-    }
-    if (std::rename(tmp.c_str(), p.c_str()) != 0) throw std::runtime_error(p + ": rename failed");
+    write_file_atomic(vm["cursor-out"].as<std::string>(), loaders[0]->cursor().to_json().dump(2) + "\n", "--cursor-out");
   }
   return kExitOk;
 }
@@ -166,6 +171,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
                       "input files: *.jsonl / *.json (one JSON object per line) or plain text (documents separated by blank lines)")(
           "tokenizer", po::value<std::string>()->required(), "Hugging Face tokenizer.json (byte-level BPE)")(
           "output", po::value<std::string>()->required(), "output prefix: PREFIX.idx/.bin (megatron) or PREFIX.h5 (hdf5)")(
+          "force", po::bool_switch(), "write even into a directory that holds a checkpoint (its manifest.json is replaced)")(
           "format", po::value<std::string>()->default_value("megatron"), "megatron | hdf5")(
           "workers", po::value<int>()->default_value(1), "tokenizer threads")(
           "json-key", po::value<std::string>()->default_value("text"), "JSON field holding the text")(

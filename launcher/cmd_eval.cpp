@@ -10,10 +10,12 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/runtime.h"
 #include "eval/evaluate.h"
 #include "distill/trainer.h"
 #include "launcher/command.h"
+#include "launcher/config_file.h"
 #include "launcher/tokenizer_arg.h"
 
 namespace ac::launcher {
@@ -36,6 +38,7 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
     throw InputError(c.model, "--model", "no such checkpoint" + std::string(vm["model"].defaulted()
                                                                     ? " (the default teacher: make it with scripts/teacher_smollm2.sh)"
                                                                     : ""));
+  if (vm.count("out")) refuse_checkpoint_dir(vm["out"].as<std::string>(), "--out", vm["force"].as<bool>());
   if (vm.count("data")) c.data = vm["data"].as<std::vector<std::string>>();
   c.split = vm["split"].as<std::string>();
   c.which = vm["on"].as<std::string>();
@@ -111,8 +114,7 @@ int run_eval(const po::variables_map& vm, RunContext& ctx) {
   }
   if (vm.count("out")) {
     const std::string out = vm["out"].as<std::string>();
-    std::filesystem::create_directories(out);
-    std::ofstream(out + "/eval.json") << j.dump(2) << "\n";
+    if (ctx.runtime.is_root()) write_file_atomic(out + "/eval.json", j.dump(2) + "\n", "--out");
     ctx.write_manifest(out, {{"world_size", ctx.runtime.world_size()}, {"tp", r.tp}, {"dp", r.dp}});
   }
   return kExitOk;
@@ -144,7 +146,8 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "documents of the split for the LAMBADA-style last-word accuracy (0: off; needs the tokenizer)")(
           "json", po::bool_switch(), "print only the JSON line")(
           "quiet", po::bool_switch(), "no progress lines")(
-          "out", po::value<std::string>()->value_name("DIR"), "also write DIR/eval.json and DIR/manifest.json");
+          "out", po::value<std::string>()->value_name("DIR"), "also write DIR/eval.json and DIR/manifest.json")(
+          "force", po::bool_switch(), "write --out even into a directory that holds a checkpoint");
     },
     run_eval}));
 

@@ -31,6 +31,13 @@ int run_export(const po::variables_map& vm, RunContext& ctx) {
   const model::HfHeterogeneity how = model::parse_hf_layout(layout_arg);
   if (format != "safetensors" && !vm["hf-layout"].defaulted())
     throw InputError("command line", "--hf-layout", "applies to --format safetensors only");
+  {
+    // Into the source's own directory is refused by the export itself, with its own message.
+    std::error_code ec;
+    const auto src_dir = std::filesystem::path(checkpoint::resolve_checkpoint(source)).parent_path();
+    if (!(std::filesystem::exists(out) && std::filesystem::equivalent(src_dir.empty() ? "." : src_dir, out, ec)))
+      refuse_checkpoint_dir(out, "--out", vm["force"].as<bool>());
+  }
   // One process does the work (the model is rebuilt at TP = 1); other ranks have nothing to do.
   if (!ctx.runtime.is_root()) return kExitOk;
 
@@ -70,6 +77,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "dtype", po::value<std::string>()->default_value("bf16")->value_name("bf16|f32"),
           "weight dtype of the export (MoE routers stay f32)")(
           "out", po::value<std::string>()->required()->value_name("DIR"), "output directory (not the source's)")(
+          "force", po::bool_switch(), "replace the checkpoint --out already holds (an earlier export)")(
           "max-shard-size", po::value<std::string>()->default_value("5GiB"),
           "safetensors: above this, model-0000i-of-0000n.safetensors + index")(
           "hf-layout", po::value<std::string>()->default_value("auto")->value_name("auto|per-layer-config|block-configs"),

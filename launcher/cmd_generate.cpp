@@ -61,6 +61,10 @@ int run_generate(const po::variables_map& vm, RunContext& ctx) {
   auto tok = data::BpeTokenizer::from_file(tok_path);
 
   std::string text = vm["prompt"].as<std::string>();
+  for (const char* opt : {"prompt", "system"})
+    if (vm.count(opt))
+      if (const size_t at = data::find_invalid_utf8(vm[opt].as<std::string>()); at != std::string::npos)
+        throw InputError("command line", std::string("--") + opt, "invalid UTF-8 at byte " + std::to_string(at));
   const bool chat = vm["chat"].as<bool>();
   if (chat) {
     if (!tok->token_to_id("<|im_start|>") || !tok->token_to_id("<|im_end|>"))

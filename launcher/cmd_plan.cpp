@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/runtime.h"
 #include "launcher/command.h"
 #include "model/arch_spec.h"
@@ -19,14 +20,7 @@ namespace ac::launcher {
 namespace {
 
 void write_json(const std::string& out, const nlohmann::json& j) {
-  const std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp);
-    if (!f) throw InputError("--json", out, "cannot write " + tmp);
-    f << j.dump(2) << "\n";
-    if (!f.flush()) throw std::runtime_error(out + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) throw std::runtime_error(out + ": rename from " + tmp + " failed");
+  write_file_atomic(out, j.dump(2) + "\n", "--json");
 }
 
 std::string layouts_line(const std::vector<search::Plan>& fit) {

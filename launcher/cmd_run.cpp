@@ -442,6 +442,7 @@ RunPlan make_plan(const Top& t, const StageKeys& keys, const TeacherSource& teac
       s.inputs.push_back(fingerprint(teacher.source));
       Call c{"checkpoint import"};
       c.set("hf", hf).set("out", T).set("dtype", keys.get("teacher", "dtype", "f32"));
+      c.flag("force");  // the stage owns T: a stage continued in place replaces its own step_0.h5
       s.calls.push_back(c);
     }
     plan.stages.push_back(s);
@@ -620,7 +621,7 @@ RunPlan make_plan(const Top& t, const StageKeys& keys, const TeacherSource& teac
     Stage s{"export-" + m, "export/" + m, {"distill-" + m}};
     Call hf{"export"};
     hf.root_only = true;
-    hf.set("checkpoint", ckpt).set("format", "safetensors").set("out", R + "/export/" + m + "/hf");
+    hf.set("checkpoint", ckpt).set("format", "safetensors").set("out", R + "/export/" + m + "/hf").flag("force");
     // The per-layer format of the engine the student is for: block_configs (DeciLM /
     // nemotron_h_puzzle) where it serves them (vLLM), else transformers' per_layer_config, which
     // holds any shape this project's engine runs (a uniform student gets the plain config).
@@ -628,7 +629,7 @@ RunPlan make_plan(const Top& t, const StageKeys& keys, const TeacherSource& teac
     apply_section(hf, keys, "export", config_path);
     Call h5{"export"};
     h5.root_only = true;
-    h5.set("checkpoint", ckpt).set("format", "hdf5").set("dtype", "bf16").set("out", R + "/export/" + m + "/hdf5");
+    h5.set("checkpoint", ckpt).set("format", "hdf5").set("dtype", "bf16").set("out", R + "/export/" + m + "/hdf5").flag("force");
     s.calls = {hf, h5};
     plan.stages.push_back(s);
   }

@@ -12,6 +12,7 @@
 #include "dist/cpu_features.h"
 #include "dist/device.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/omp_env.h"
 #include "dist/runtime.h"
 #include "eval/evaluate.h"
@@ -26,13 +27,7 @@ namespace fs = std::filesystem;
 namespace {
 
 void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << text;
-    if (!f) throw std::runtime_error("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path.string(), text, "--out");
 }
 
 int run_scorecard(const po::variables_map& vm, RunContext& ctx) {

@@ -2,12 +2,14 @@
 #include "launcher/config_file.h"
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <ctime>
 #include <unistd.h>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/runtime.h"
 #include "launcher/build_info.h"
 #include "launcher/command.h"
@@ -38,24 +40,36 @@ std::vector<Subcommand>& registry() {
 }  // namespace
 
 std::vector<IniEntry> read_ini(const std::string& path) {
+  require_regular_file(path, "--config");
   std::ifstream in(path);
   if (!in) throw InputError(path, "--config", "cannot open the config file");
   std::vector<IniEntry> out;
   std::string section;
   std::string line;
+  // A key or section given twice is a mistake (which one wins is not obvious): refuse it.
+  std::map<std::string, int> section_line, key_line;
   for (int lineno = 1; std::getline(in, line); ++lineno) {
     std::string t = trim(line);
     if (t.empty() || t[0] == '#' || t[0] == ';') continue;
+    const std::string where = "line " + std::to_string(lineno);
     if (t.front() == '[') {
-      if (t.back() != ']') throw InputError(path, "line " + std::to_string(lineno), "unterminated section header");
+      if (t.back() != ']') throw InputError(path, where, "unterminated section header");
       section = normalize_section(trim(t.substr(1, t.size() - 2)));
+      if (auto [it, fresh] = section_line.emplace(section, lineno); !fresh)
+        throw InputError(path, where, "section [" + section + "] is given twice (first on line " + std::to_string(it->second) + ")");
       continue;
     }
     const auto eq = t.find('=');
     if (eq == std::string::npos)
-      throw InputError(path, "line " + std::to_string(lineno), "expected 'key = value', got '" + t + "'");
-    out.push_back({section, trim(t.substr(0, eq)), trim(t.substr(eq + 1)), lineno});
+      throw InputError(path, where, "expected 'key = value', got '" + t + "'");
+    IniEntry e{section, trim(t.substr(0, eq)), trim(t.substr(eq + 1)), lineno};
+    if (e.key.empty()) throw InputError(path, where, "empty key");
+    if (auto [it, fresh] = key_line.emplace(section + "\n" + e.key, lineno); !fresh)
+      throw InputError(path, where, "key '" + e.key + "'" + (section.empty() ? "" : " in [" + section + "]") +
+                                        " is given twice (first on line " + std::to_string(it->second) + ")");
+    out.push_back(std::move(e));
   }
+  if (in.bad()) throw InputError(path, "--config", "read error");
   return out;
 }
 
@@ -133,15 +147,27 @@ void RunContext::write_manifest(const std::string& dir, const nlohmann::json& la
 }
 
 void write_json_atomic(const std::string& path, const nlohmann::json& j, int indent) {
+  write_file_atomic(path, j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+}
+
+std::string checkpoint_in(const std::string& dir) {
   namespace fs = std::filesystem;
-  if (fs::path(path).has_parent_path()) fs::create_directories(fs::path(path).parent_path());
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    if (!out) throw std::runtime_error(tmp + ": cannot write");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return "";
+  if (fs::exists(fs::path(dir) / "latest", ec)) return "latest";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("step_", 0) == 0 && e.path().extension() == ".h5") return n;
   }
-  fs::rename(tmp, path);
+  return "";
+}
+
+void refuse_checkpoint_dir(const std::string& dir, const std::string& option, bool force) {
+  if (force) return;
+  const std::string what = checkpoint_in(dir);
+  if (!what.empty())
+    throw InputError(dir, option, "holds a checkpoint (" + what + "); writing here would replace its files: choose another "
+                                  "directory, or give --force");
 }
 
 int64_t parse_size(const std::string& s, const char* option) {

@@ -33,6 +33,13 @@ void write_json_atomic(const std::string& path, const nlohmann::json& j, int ind
 
 nlohmann::json option_value_json(const boost::program_options::variable_value& v);
 
+// What makes `dir` a checkpoint directory ("latest" or a "step_<N>.h5"), or "" when nothing
+// does (or it does not exist).
+std::string checkpoint_in(const std::string& dir);
+// Throws InputError(dir, option, ...) when `dir` holds a checkpoint and `force` is false: a
+// command must not replace a checkpoint's files (step_<N>.h5, latest, manifest.json) unasked.
+void refuse_checkpoint_dir(const std::string& dir, const std::string& option, bool force);
+
 // A byte size on the command line: "4096", "512KiB", "256MiB", "5GiB" (K/M/G accepted).
 // Throws ac::InputError naming `option` when it is malformed or not positive.
 int64_t parse_size(const std::string& s, const char* option);

@@ -101,7 +101,11 @@ ParsedOptions parse_options(const Subcommand& cmd, po::options_description& desc
       const std::string path = p.vm["config"].as<std::string>();
       po::parsed_options cfg = ac::launcher::parse_ini_config(path, cmd.name, desc);
       for (const auto& o : cfg.options) p.from_config.insert(o.string_key);
-      po::store(cfg, p.vm);  // first store wins: command-line values stay
+      try {
+        po::store(cfg, p.vm);  // first store wins: command-line values stay
+      } catch (const po::error& e) {
+        throw ac::InputError(path, "--config", e.what());  // a value in the file does not parse
+      }
     }
     po::notify(p.vm);
   } catch (const po::error& e) {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "model/hf_config.h"
 
 namespace ac::model {
@@ -44,6 +45,28 @@ std::string layer_kind(const LayerSpec& l) {
   return k.empty() ? "." : k;
 }
 
+int64_t json_integer(const json& v, const std::string& path, const std::string& field, int64_t lo, int64_t hi) {
+  std::string s = v.dump();
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  const std::string range = " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (v.is_number_unsigned()) {
+    if (v.get<uint64_t>() > uint64_t(hi)) throw InputError(path, field, s + range);
+    return int64_t(v.get<uint64_t>());
+  }
+  if (v.is_number_integer()) {
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) throw InputError(path, field, s + range);
+    return x;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!(std::floor(d) == d)) throw InputError(path, field, "expected an integer, got " + s);
+    if (d < double(lo) || d > double(hi)) throw InputError(path, field, s + range);
+    return int64_t(d);
+  }
+  throw InputError(path, field, "expected an integer, got " + s);
+}
+
 namespace {
 
 // ---- JSON reading helpers: every error names the file and the dotted field path ----------
@@ -57,14 +80,7 @@ struct Reader {
     std::string s = v.dump();
     return s.size() > 60 ? s.substr(0, 57) + "..." : s;
   }
-  int64_t integer(const json& v, const std::string& field) const {
-    if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float()) {
-      double d = v.get<double>();
-      if (std::floor(d) == d && std::fabs(d) < 9e15) return int64_t(d);
-    }
-    fail(field, "expected an integer, got " + shown(v));
-  }
+  int64_t integer(const json& v, const std::string& field) const { return json_integer(v, path, field); }
   double number(const json& v, const std::string& field) const {
     if (v.is_number()) return v.get<double>();
     if (v.is_null()) return std::numeric_limits<double>::infinity();  // JSON has no inf
@@ -374,11 +390,10 @@ json arch_to_json(const ArchSpec& s) {
 }
 
 ArchSpec load_arch(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "(file)", "cannot open");
+  const std::string text = read_regular_file(path, "(file)", uint64_t(1) << 26);
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(path, "(json)", std::string("not valid JSON: ") + e.what());
   }
@@ -389,14 +404,7 @@ ArchSpec load_arch(const std::string& path) {
 
 void save_arch(const ArchSpec& spec, const std::string& path) {
   validate(spec, path);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error(path + ": cannot write " + tmp);
-    out << arch_to_json(spec).dump(2) << "\n";
-    if (!out) throw std::runtime_error(path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename from " + tmp + " failed");
+  write_file_atomic(path, arch_to_json(spec).dump(2) + "\n", "ArchSpec");
 }
 
 // ---- validation ---------------------------------------------------------------------------
@@ -405,6 +413,10 @@ void validate_layer(const LayerSpec& l, const std::string& path, const std::stri
   auto bad = [&](const std::string& field, const std::string& what) { throw InputError(path, f + "." + field, what); };
   auto positive = [&](const std::string& field, int64_t v) {
     if (v <= 0) bad(field, std::to_string(v) + " must be positive");
+    if (v > kMaxDim) bad(field, std::to_string(v) + " is beyond the largest size accepted (" + std::to_string(kMaxDim) + ")");
+  };
+  auto bounded = [&](const std::string& field, int64_t v) {
+    if (v > kMaxDim) bad(field, std::to_string(v) + " is beyond the largest size accepted (" + std::to_string(kMaxDim) + ")");
   };
   if (l.attention && l.mamba) throw InputError(path, f, "has both attention and mamba (one token mixer per layer)");
   if (l.mlp && l.moe) throw InputError(path, f, "has both mlp and moe (one channel mixer per layer)");
@@ -435,6 +447,8 @@ void validate_layer(const LayerSpec& l, const std::string& path, const std::stri
       bad("moe.top_k", std::to_string(m->top_k) + " exceeds num_experts " + std::to_string(m->num_experts));
     if (m->shared_ffn < 0) bad("moe.shared_ffn", std::to_string(m->shared_ffn) + " must be >= 0");
     if (m->latent_size < 0) bad("moe.latent_size", std::to_string(m->latent_size) + " must be >= 0");
+    bounded("moe.shared_ffn", m->shared_ffn);
+    bounded("moe.latent_size", m->latent_size);
     positive("moe.n_group", m->n_group);
     if (m->num_experts % m->n_group != 0)
       bad("moe.n_group", std::to_string(m->n_group) + " does not divide num_experts " + std::to_string(m->num_experts));
@@ -449,6 +463,10 @@ void validate(const ArchSpec& s, const std::string& path) {
   auto bad = [&](const std::string& field, const std::string& what) { throw InputError(path, field, what); };
   if (s.hidden_size <= 0) bad("hidden_size", std::to_string(s.hidden_size) + " must be positive");
   if (s.vocab_size <= 0) bad("vocab_size", std::to_string(s.vocab_size) + " must be positive");
+  for (auto [field, v] : {std::pair<const char*, int64_t>{"hidden_size", s.hidden_size}, {"vocab_size", s.vocab_size}})
+    if (v > kMaxDim) bad(field, std::to_string(v) + " is beyond the largest size accepted (" + std::to_string(kMaxDim) + ")");
+  if (int64_t(s.layers.size()) > kMaxLayers)
+    bad("layers", std::to_string(s.layers.size()) + " layers, more than the " + std::to_string(kMaxLayers) + " accepted");
   if (!(s.norm_eps > 0)) bad("norm_eps", "must be positive");
   if (!(s.rope_theta > 0)) bad("rope_theta", "must be positive");
   if (s.max_position_embeddings <= 0) bad("max_position_embeddings", "must be positive");
@@ -460,6 +478,27 @@ void validate(const ArchSpec& s, const std::string& path) {
   if (s.mtp.num_predict_layers > 0 && s.mtp.layers.empty()) bad("mtp.layers", "num_predict_layers > 0 but no layers");
   for (size_t i = 0; i < s.mtp.layers.size(); ++i)
     validate_layer(s.mtp.layers[i], path, "mtp.layers[" + std::to_string(i) + "]");
+  // Every size is bounded above, so this upper estimate cannot overflow; it keeps the exact
+  // int64 counts (count_params) far from overflow too.
+  double est = 2.0 * double(s.vocab_size) * double(s.hidden_size);
+  auto layer_est = [&](const LayerSpec& l) {
+    const double h = double(s.hidden_size);
+    double e = 4 * h;
+    if (l.attention) e += h * double(l.attention->num_heads + 2 * l.attention->num_kv_heads) * l.attention->head_dim * 2;
+    if (l.mamba) e += 4 * h * double(l.mamba->d_inner()) + double(l.mamba->n_groups) * l.mamba->state_size * h * 2;
+    if (l.mlp) e += 3 * h * double(l.mlp->ffn_size);
+    if (l.moe)
+      e += 3 * std::max(h, double(l.moe->latent_size)) * (double(l.moe->num_experts) * double(l.moe->expert_ffn) + double(l.moe->shared_ffn)) +
+           h * double(l.moe->num_experts) + 2 * h * double(l.moe->latent_size);
+    return e;
+  };
+  for (const auto& l : s.layers) est += layer_est(l);
+  for (const auto& l : s.mtp.layers) est += layer_est(l);
+  if (!(est <= kMaxParams)) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.3g", est);
+    bad("hidden_size", std::string("the sizes give about ") + b + " parameters, more than the 1e15 accepted");
+  }
 }
 
 // ---- parameter counts ---------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // are declared at the end of this file and live in arch_spec.cpp (format: docs/archspec.md).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -112,8 +113,18 @@ ArchSpec load_arch(const std::string& path);
 // Writes an ArchSpec JSON atomically (temp file + rename).
 void save_arch(const ArchSpec& spec, const std::string& path);
 
-// Throws ac::InputError("<path>: layers[3].attention.num_kv_heads: ...") on the first problem.
+// Throws ac::InputError("<path>: layers[3].attention.num_kv_heads: ...") on the first problem,
+// including sizes beyond these bounds (a hostile file must not make us allocate or overflow).
+inline constexpr int64_t kMaxLayers = 4096;          // num_hidden_layers, pattern length
+inline constexpr int64_t kMaxDim = int64_t(1) << 24;  // any width, count or head size
+inline constexpr double kMaxParams = 1e15;            // keeps every count far from int64 overflow
 void validate(const ArchSpec& spec, const std::string& path = "<arch>");
+
+// A JSON integer as int64 in [lo, hi], or InputError(path, field, ...): no narrowing, no
+// wrap-around (2^64-1 is not -1), a float only when integral and in range; out-of-range
+// values are quoted as written, never as an overflowed integer.
+int64_t json_integer(const nlohmann::json& v, const std::string& path, const std::string& field,
+                     int64_t lo = INT32_MIN, int64_t hi = INT32_MAX);
 
 // Names for enums as they appear in JSON.
 std::string to_string(MlpActivation a);

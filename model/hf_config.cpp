@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 
 namespace ac::model {
 
@@ -53,9 +54,7 @@ struct View {
   int64_t integer(const std::string& k) const {
     const json* v = find(k);
     if (!v || v->is_null()) fail(k, "missing");
-    if (v->is_number_integer()) return v->get<int64_t>();
-    if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) return int64_t(v->get<double>());
-    fail(k, "expected an integer, got " + shown(*v));
+    return json_integer(*v, path, field(k));
   }
   int64_t integer(const std::string& k, int64_t def) const { return present(k) ? integer(k) : def; }
   double number(const std::string& k, double def) const {
@@ -191,6 +190,7 @@ ArchSpec read_qwen3_moe(const json& c, const std::string& path) {
   read_globals(s, g, "rms_norm_eps");
   const int n = int(g.integer("num_hidden_layers"));
   if (n <= 0) g.fail("num_hidden_layers", std::to_string(n) + " must be positive");
+  if (n > kMaxLayers) g.fail("num_hidden_layers", std::to_string(n) + " is more than the " + std::to_string(kMaxLayers) + " layers accepted");
   if (c.contains("per_layer_config") && !c["per_layer_config"].is_null())
     g.fail("per_layer_config", "heterogeneous Qwen3MoeForCausalLM configs are not supported");
   const int64_t experts = g.present("num_experts") ? g.integer("num_experts") : g.integer("num_local_experts");
@@ -232,6 +232,7 @@ ArchSpec read_llama(const json& c, const std::string& path, ModelFamily fam) {
   read_globals(s, g, "rms_norm_eps");
   const int n = int(g.integer("num_hidden_layers"));
   if (n <= 0) g.fail("num_hidden_layers", std::to_string(n) + " must be positive");
+  if (n > kMaxLayers) g.fail("num_hidden_layers", std::to_string(n) + " is more than the " + std::to_string(kMaxLayers) + " layers accepted");
   auto overrides = per_layer_overrides(c, path, n);
   for (int i = 0; i < n; ++i) {
     const json* over = overrides.count(i) ? overrides[i] : nullptr;
@@ -892,14 +893,7 @@ std::string hf_layout_of(const json& config) {
 
 void save_hf_config(const ArchSpec& spec, const std::string& path, HfHeterogeneity how) {
   const json c = arch_to_hf_config(spec, how);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error(path + ": cannot write " + tmp);
-    out << c.dump(2) << "\n";
-    if (!out) throw std::runtime_error(path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename from " + tmp + " failed");
+  write_file_atomic(path, c.dump(2) + "\n", "config.json");
 }
 
 }  // namespace ac::model

@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <set>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -83,11 +86,11 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : root_(path) {
   }
   if (index.empty()) return;
 
-  std::ifstream in(index);
-  if (!in) throw InputError(index, "file", "cannot open");
   json j;
   try {
-    in >> j;
+    j = json::parse(read_regular_file(index, "file", uint64_t(1) << 28));
+  } catch (const InputError&) {
+    throw;
   } catch (const std::exception& e) {
     throw InputError(index, "json", e.what());
   }
@@ -96,7 +99,12 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : root_(path) {
   std::map<std::string, std::string> want;  // tensor -> shard file name
   for (auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string()) throw InputError(index, "weight_map." + name, "not a file name");
-    want[name] = file.get<std::string>();
+    const fs::path f(file.get<std::string>());
+    bool climbs = f.empty() || f.is_absolute();
+    for (const auto& part : f) climbs = climbs || part == "..";
+    if (climbs)
+      throw InputError(index, "weight_map." + name, "\"" + f.string() + "\" is not a file name inside the checkpoint directory");
+    want[name] = f.string();
   }
   std::map<std::string, int> opened;
   fs::path dir = fs::path(index).parent_path();
@@ -115,12 +123,13 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : root_(path) {
 SafetensorsReader::~SafetensorsReader() = default;
 
 void SafetensorsReader::open_file(const std::string& file) {
-  int fd = ::open(file.c_str(), O_RDONLY);
+  require_regular_file(file);  // a FIFO would block open(), a device would map garbage
+  int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw InputError(file, "file", std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw InputError(file, "file", "cannot stat");
+    throw InputError(file, "file", "cannot stat, or not a regular file");
   }
   auto map = std::make_unique<Mapping>();
   map->path = file;
@@ -143,7 +152,17 @@ void SafetensorsReader::open_file(const std::string& file) {
                                          std::to_string(map->size) + " bytes)");
   json header;
   try {
-    header = json::parse(map->data + 8, map->data + 8 + header_len);
+    // nlohmann keeps the last of two equal keys; a header that names a tensor twice is refused.
+    std::vector<std::set<std::string>> keys;
+    header = json::parse(map->data + 8, map->data + 8 + header_len,
+                         [&](int, json::parse_event_t ev, json& parsed) {
+                           if (ev == json::parse_event_t::object_start) keys.emplace_back();
+                           else if (ev == json::parse_event_t::object_end) keys.pop_back();
+                           else if (ev == json::parse_event_t::key && !keys.empty() &&
+                                    !keys.back().insert(parsed.get<std::string>()).second)
+                             throw std::runtime_error("key \"" + parsed.get<std::string>() + "\" appears twice");
+                           return true;
+                         });
   } catch (const std::exception& e) {
     throw InputError(file, "header", std::string("not valid JSON: ") + e.what());
   }
@@ -164,7 +183,8 @@ void SafetensorsReader::open_file(const std::string& file) {
       int64_t numel = 1;
       for (int64_t s : e.shape) {
         if (s < 0) throw std::runtime_error("negative dimension");
-        numel *= s;
+        if (__builtin_mul_overflow(numel, s, &numel) || numel > int64_t(data_size))
+          throw std::runtime_error("shape " + format_shape(e.shape) + " has more elements than the file has bytes");
       }
       if (off[1] < off[0] || off[1] > data_size)
         throw std::runtime_error("data_offsets [" + std::to_string(off[0]) + ", " +
@@ -185,6 +205,14 @@ void SafetensorsReader::open_file(const std::string& file) {
       throw InputError(file, name, ex.what());
     }
   }
+  // Tensors must not share bytes: sort this file's ranges and check neighbours.
+  std::vector<std::pair<const std::string*, const SafetensorsEntry*>> mine;
+  for (const auto& [name, e] : entries_)
+    if (e.file == file_index && e.end > e.begin) mine.emplace_back(&name, &e);
+  std::sort(mine.begin(), mine.end(), [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < mine.size(); ++i)
+    if (mine[i].second->begin < mine[i - 1].second->end)
+      throw InputError(file, *mine[i].first, "data_offsets overlap those of " + *mine[i - 1].first);
   paths_.push_back(file);
   maps_.push_back(std::move(map));
 }
@@ -276,20 +304,14 @@ void write_safetensors_file(const std::string& path,
   }
   std::string h = header.dump();
   while (h.size() % 8) h.push_back(' ');  // data starts 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error(tmp + ": cannot open for writing");
+  write_file_atomic(path, [&](std::ostream& out) {
     uint64_t len = h.size();
     out.write(reinterpret_cast<const char*>(&len), 8);
     out.write(h.data(), std::streamsize(h.size()));
     for (const auto& t : data)
       out.write(static_cast<const char*>(t.data_ptr()),
                 std::streamsize(t.numel() * t.element_size()));
-    out.flush();
-    if (!out) throw std::runtime_error(tmp + ": write failed");
-  }
-  fs::rename(tmp, path);
+  }, "--out");
 }
 
 std::vector<std::string> save_safetensors(
@@ -326,12 +348,7 @@ std::vector<std::string> save_safetensors(
   }
   json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   const std::string path = (fs::path(dir) / "model.safetensors.index.json").string();
-  {
-    std::ofstream out(path + ".tmp");
-    out << index.dump(2) << "\n";
-    if (!out) throw std::runtime_error(path + ".tmp: write failed");
-  }
-  fs::rename(path + ".tmp", path);
+  write_file_atomic(path, index.dump(2) + "\n", "--out");
   names.push_back("model.safetensors.index.json");
   return names;
 }

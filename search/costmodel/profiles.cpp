@@ -2,6 +2,7 @@
 #include "search/costmodel/profiles.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "dist/error.h"
+#include "dist/file_io.h"
 
 namespace ac::search {
 
@@ -49,14 +51,18 @@ struct Fields {
     return d;
   }
   double number_or(const std::string& f, double def, bool positive = false) { return has(f) ? number(f, positive) : def; }
-  int64_t integer(const std::string& f, bool positive = true) {
+  int64_t integer(const std::string& f, bool positive = true, int64_t max = INT32_MAX) {
     const json& v = get(f);
     if (!v.is_number_integer()) fail(f, "expected an integer, got " + v.dump());
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t(max) : v.get<int64_t>() > max)
+      fail(f, v.dump() + " is more than the " + std::to_string(max) + " accepted");
     const int64_t i = v.get<int64_t>();
     if (positive ? i <= 0 : i < 0) fail(f, std::to_string(i) + (positive ? " must be positive" : " must not be negative"));
     return i;
   }
-  int64_t integer_or(const std::string& f, int64_t def, bool positive = false) { return has(f) ? integer(f, positive) : def; }
+  int64_t integer_or(const std::string& f, int64_t def, bool positive = false, int64_t max = INT32_MAX) {
+    return has(f) ? integer(f, positive, max) : def;
+  }
   std::string string(const std::string& f) {
     const json& v = get(f);
     if (!v.is_string()) fail(f, "expected a string, got " + v.dump());
@@ -92,10 +98,9 @@ EfficiencyCurve curve(Fields& f, const json& eff, const std::string& name) {
 }
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "(file)", "cannot open");
+  const std::string text = read_regular_file(path, "(file)", uint64_t(1) << 26);
   try {
-    return json::parse(in);
+    return json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(path, "(json)", std::string("not valid JSON: ") + e.what());
   }
@@ -358,13 +363,15 @@ Workload workload_from_json(const json& j, const std::string& path) {
   Workload w;
   w.id = f.string("id");
   w.name = f.string_or("name", w.id);
-  w.prompt_tokens = f.integer("prompt_tokens");
-  w.output_tokens = f.integer("output_tokens");
-  w.context_tokens = f.integer_or("context_tokens", w.prompt_tokens + w.output_tokens, true);
+  // Bounded: the cost model's work grows with the token counts (1e15 would never finish).
+  constexpr int64_t kMaxTokens = int64_t(1) << 27, kMaxConcurrency = int64_t(1) << 20;
+  w.prompt_tokens = f.integer("prompt_tokens", true, kMaxTokens);
+  w.output_tokens = f.integer("output_tokens", true, kMaxTokens);
+  w.context_tokens = f.integer_or("context_tokens", w.prompt_tokens + w.output_tokens, true, kMaxTokens);
   if (w.context_tokens < w.prompt_tokens + w.output_tokens)
     f.fail("context_tokens", std::to_string(w.context_tokens) + " is less than prompt_tokens + output_tokens (" +
                                  std::to_string(w.prompt_tokens + w.output_tokens) + ")");
-  w.concurrency = f.integer_or("concurrency", 1, false);
+  w.concurrency = f.integer_or("concurrency", 1, false, kMaxConcurrency);
   w.ttft_limit_s = f.number_or("ttft_limit_s", 0.0);
   w.tpot_limit_s = f.number_or("tpot_limit_s", 0.0);
   f.has("comment");
@@ -393,14 +400,7 @@ std::string default_configs_dir() {
 }
 
 void save_hardware(const HardwareProfile& h, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error(path + ": cannot write " + tmp);
-    out << hardware_to_json(h).dump(2) << "\n";
-    if (!out) throw std::runtime_error(path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw std::runtime_error(path + ": rename from " + tmp + " failed");
+  write_file_atomic(path, hardware_to_json(h).dump(2) + "\n", "hardware profile");
 }
 
 }  // namespace ac::search

@@ -24,6 +24,7 @@
 #include "dist/cpu_features.h"
 #include "dist/device.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/parallel_layout.h"
 #include "dist/progress.h"
 #include "dist/tensor_parallel.h"
@@ -137,7 +138,7 @@ double violation(const Budget& b, double x) { return b.at_least ? 1.0 - x / b.va
 
 std::vector<Budget> resolve_budgets(const SearchConstraints& c, const model::ArchSpec& teacher, const CostTarget* target) {
   if (!c.any())
-    throw InputError("search", "--target-tpot-ratio",
+    throw InputError("search", "budget",
                      "give a budget: --target-{params,active-params,memory-gb,ttft-ms,tpot-ms,throughput} or the same as "
                      "--target-*-ratio of the teacher's value");
   if (c.needs_cost_model() && !target)
@@ -1567,8 +1568,7 @@ DasResult run_search(const DasOptions& o, const ImportanceScores& scores, MPI_Co
       report["student_prediction"] = predict(res.student, target->hardware, target->engine, target->workload).to_json();
     }
     model::save_arch(res.student, o.out + "/arch.json");
-    std::ofstream(o.out + "/search_report.json.tmp") << report.dump(2) << "\n";
-    fs::rename(o.out + "/search_report.json.tmp", o.out + "/search_report.json");
+    write_file_atomic(o.out + "/search_report.json", report.dump(2) + "\n", "--out");
     std::cout << "search done in " << dist::format_duration(std::chrono::duration<double>(clock::now() - t_start).count())
               << ": chose " << res.candidates[size_t(res.chosen)].source << " of " << res.candidates.size()
               << (o.cost_only ? " candidates (quality proxy " + fmt(res.candidates[size_t(res.chosen)].proxy, 4) + ")"

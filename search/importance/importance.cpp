@@ -23,6 +23,7 @@
 #include "data/sampler.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
@@ -135,6 +136,7 @@ void save_importance(const ImportanceScores& scores_in, const std::string& path)
   h5::quiet_errors();
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  check_output_path(path, "--out");
   const std::string tmp = path + ".tmp";
   try {
     {

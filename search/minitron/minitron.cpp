@@ -26,6 +26,7 @@
 #include "dist/communicator.h"
 #include "dist/cpu_features.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/device.h"
 #include "dist/parallel_layout.h"
 #include "dist/tensor_parallel.h"
@@ -146,14 +147,7 @@ std::string dims_text(const std::vector<MinitronAxis>& axes, const std::vector<i
 }
 
 void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f) throw InputError(path, "--out", "cannot write " + tmp);
-    f << text;
-    if (!f.flush()) throw std::runtime_error(path + ": write failed");
-  }
-  fs::rename(tmp, path);
+  write_file_atomic(path, text, "--out");
 }
 
 

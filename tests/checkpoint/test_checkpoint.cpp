@@ -260,6 +260,28 @@ TEST_F(BadFiles, FlippedByteIsCaughtByChecksums) {
   EXPECT_NE(problems[0].find("flipped.h5: dataset model/Float.rows: checksum mismatch"), std::string::npos)
       << problems[0];
   EXPECT_TRUE(r.verify(false).empty()) << "without checksums the flip is invisible";
+  // Loading checks the CRC32s of the slices it reads whole (eval, export, generate load so).
+  const std::string msg = input_error([&] { r.read("model/Float.rows"); });
+  EXPECT_NE(msg.find("flipped.h5: model/Float.rows: checksum mismatch"), std::string::npos) << msg;
+  r.set_check_checksums(false);
+  EXPECT_NO_THROW(r.read("model/Float.rows"));
+}
+
+TEST_F(BadFiles, DatasetWithoutChecksumIsReported) {
+  const std::string p = copy_to("no-crc.h5");
+  {
+    hid_t f = H5Fopen(p.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "model/Float.rows", H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(d, "crc32_slices"), 0);
+    H5Dclose(d);
+    H5Fclose(f);
+  }
+  CheckpointReader r(p);
+  const auto problems = r.verify(true);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_NE(problems[0].find("no-crc.h5: dataset model/Float.rows: no crc32_slices attribute"), std::string::npos)
+      << problems[0];
+  EXPECT_TRUE(r.verify(false).empty());
 }
 
 TEST_F(BadFiles, MissingDatasetAndWrongShapeNameFileAndDataset) {

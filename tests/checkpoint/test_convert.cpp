@@ -194,6 +194,32 @@ TEST(HfImport, VerifyReportsShapesThatDoNotMatchTheArchSpec) {
   });
 }
 
+// A model weight stored as int32 (same shape) is not a model weight: verify names it, and
+// loading it (eval, export, generate) is refused instead of converting the integers.
+TEST(HfImport, IntegerModelDatasetIsRefusedByVerifyAndLoad) {
+  const std::string dir = shared_dir("hf-int32");
+  on_root([&] {
+    const auto spec = model::load_arch(fixture("llama") + "/config.json");
+    model::CausalLM m(spec, model::TpGroup{dist::make_self_communicator()});
+    m->init_weights(3);
+    auto tensors = checkpoint::model_tensors(m, true);
+    for (auto& t : tensors)
+      if (t.name == "model/final_norm.weight") t.local = t.local.to(torch::kInt);
+    const std::string path = checkpoint::save_checkpoint(MPI_COMM_SELF, dir, 1, tensors, {{"arch_spec", model::arch_to_json(spec)}});
+    checkpoint::CheckpointReader reader(path);
+    const auto problems = checkpoint::verify_model_shapes(reader);
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_NE(problems[0].find("model/final_norm.weight: has dtype int32"), std::string::npos) << problems[0];
+    model::CausalLM again(spec, model::TpGroup{dist::make_self_communicator()});
+    try {
+      checkpoint::load_model(again, reader);
+      ADD_FAILURE() << "an int32 weight was loaded";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("model/final_norm.weight: has dtype int32"), std::string::npos) << e.what();
+    }
+  });
+}
+
 TEST(HfImport, BadHuggingFaceDirectoriesNameTheFile) {
   const std::string dir = shared_dir("hf-bad");
   if (world_rank() == 0) {

@@ -131,6 +131,17 @@ TEST(BpeTokenizer, Utf8Validation) {
   EXPECT_EQ(find_invalid_utf8("ok\xe2\x82"), 2u);         // cut in the middle
 }
 
+// Invalid UTF-8 would be undefined behaviour in the regexes (run without PCRE2's own check):
+// encode refuses it, naming the tokenizer and the byte (it segfaulted on "\xff").
+TEST(BpeTokenizer, EncodeRefusesInvalidUtf8) {
+  auto tok = BpeTokenizer::from_file(fixture("tokenizer/gpt2-4k.tokenizer.json"));
+  for (const char* bad : {"\xff", "ab\xc3(", "x\xed\xa0\x80y"}) {
+    const std::string m = input_error([&] { tok->encode(bad); });
+    EXPECT_NE(m.find("gpt2-4k.tokenizer.json: text to encode: invalid UTF-8 at byte"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(tok->encode("caf\xc3\xa9").empty());
+}
+
 TEST(BpeTokenizer, BadTokenizerJson) {
   auto j = nlohmann::json::parse(gpt2_json());
   auto err = [&](const nlohmann::json& v) { return input_error([&] { BpeTokenizer::from_json_text(v.dump(), "tok.json"); }); };
@@ -160,7 +171,20 @@ TEST(BpeTokenizer, BadTokenizerJson) {
     std::string m = err(v);
     EXPECT_NE(m.find("regex"), std::string::npos) << m;
   }
+  {
+    auto v = j;
+    v["model"]["vocab"]["zzz-duplicate"] = v["model"]["vocab"]["!"];  // two tokens, one id
+    std::string m = err(v);
+    EXPECT_NE(m.find("tok.json: model.vocab[\"zzz-duplicate\"]: id 0 is also the id of \"!\""), std::string::npos) << m;
+  }
+  {
+    auto v = j;
+    v["added_tokens"].push_back({{"id", 50256}, {"content", "<|other|>"}});  // 50256 is <|endoftext|>
+    std::string m = err(v);
+    EXPECT_NE(m.find("is also the id of added token"), std::string::npos) << m;
+  }
   EXPECT_NE(input_error([] { BpeTokenizer::from_json_text("{not json", "tok.json"); }).find("tok.json: byte"), std::string::npos);
+  EXPECT_NE(input_error([] { BpeTokenizer::from_file("/dev/null"); }).find("/dev/null: tokenizer.json: is a character device"), std::string::npos);
   EXPECT_NE(input_error([] { BpeTokenizer::from_file("/nonexistent/tokenizer.json"); }).find("cannot open"), std::string::npos);
 }
 
