@@ -376,9 +376,20 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
   }
 }
 
-}  // namespace
+// ---- calibrate's steps: the measurements in order, then the fits ---------------------------
 
-CalibrationResult calibrate(const CalibrationOptions& o) {
+// What every measurement takes: the options, the device and dtypes, the clock.
+struct Bench {
+  const CalibrationOptions& o;
+  torch::Device dev;
+  torch::Dtype dt;
+  double eb;  // bytes per element of dt
+  torch::TensorOptions opt, opt32;
+  Stopwatch clock;
+  double pool_bytes;  // cold weights: each GEMM on another weight of a pool this large
+};
+
+void check_options(const CalibrationOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") throw InputError("--device", o.device, "expected cpu or cuda");
   if (o.device == "cuda" && !torch::cuda::is_available())
     throw InputError("--device", "cuda", "no CUDA device is available to this LibTorch");
@@ -386,45 +397,41 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     throw InputError("--dtype", o.dtype, "expected bfloat16, float16 or float32");
   if (!(o.memory_bytes > 0)) throw InputError("--memory-bytes", std::to_string(o.memory_bytes), "must be positive");
   if (o.threads < 0) throw InputError("--threads", std::to_string(o.threads), "must not be negative");
-  if (o.threads > 0) dist::set_compute_threads(o.threads);
-  const Stopwatch clock = Stopwatch::for_device(o.device);
-  torch::NoGradGuard no_grad;
-  const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const auto dt = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
-  const double eb = o.dtype == "float32" ? 4.0 : 2.0;
-  const auto opt = torch::TensorOptions().dtype(dt).device(dev);
-  const auto opt32 = torch::TensorOptions().dtype(torch::kFloat32).device(dev);
-  torch::manual_seed(0);
-  CalibrationResult r;
-  r.clock = clock.name();
-  auto add = [&](const std::string& kind, const std::string& shape, double flops, double bytes, double s) {
-    add_point(r.points, kind, shape, flops, bytes, s);
-  };
-  // GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound).
+}
+
+// GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound), as a
+// model runs them (weight_pool / time_linear: cold `x W^T`).
+void measure_gemms(const Bench& b, std::vector<CalibrationPoint>& points) {
+  const CalibrationOptions& o = b.o;
   const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 16, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048};
-  // As a model runs them (weight_pool / time_linear: cold `x W^T`).
-  const double pool_bytes = o.quick ? kQuickGemmPoolBytes : kGemmPoolBytes;
   for (int64_t n : widths) {
-    const std::vector<torch::Tensor> pool = weight_pool(n, n, opt, pool_bytes);
+    const std::vector<torch::Tensor> pool = weight_pool(n, n, b.opt, b.pool_bytes);
     for (int64_t m : rows) {
-      const double s = time_linear(torch::randn({m, n}, opt), pool, o.min_seconds, clock);
-      add("gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n), 2.0 * m * n * n,
-          eb * double(m * n + n * n + m * n), s);
-      r.points.back().rows = double(m);
+      const double s = time_linear(torch::randn({m, n}, b.opt), pool, o.min_seconds, b.clock);
+      add_point(points, "gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n), 2.0 * m * n * n,
+                b.eb * double(m * n + n * n + m * n), s);
+      points.back().rows = double(m);
     }
   }
-  // Causal attention by the model's own core (model::attention_core: the fused SDPA kernel on
-  // LibTorch >= 2.1, eager math before): the useful work is counted causally, so the fitted
-  // efficiency absorbs the masked half.
-  for (int64_t S : o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{128, 512, 1024, 2048}) {
+}
+
+// Causal attention by the model's own core (model::attention_core: the fused SDPA kernel on
+// LibTorch >= 2.1, eager math before): the useful work is counted causally, so the fitted
+// efficiency absorbs the masked half.
+void measure_attention(const Bench& b, std::vector<CalibrationPoint>& points) {
+  for (int64_t S : b.o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{128, 512, 1024, 2048}) {
     const int64_t H = 8, D = 64;
-    auto q = torch::randn({1, H, S, D}, opt), k = torch::randn({1, H, S, D}, opt), v = torch::randn({1, H, S, D}, opt);
-    const double s = time_it([&] { (void)model::attention_core(q, k, v); }, dev, o.min_seconds, clock);
-    add("attention", "H8 D64 S" + std::to_string(S), 4.0 * H * D * S * (S + 1) / 2.0, eb * 4.0 * S * H * D, s);
+    auto q = torch::randn({1, H, S, D}, b.opt), k = torch::randn({1, H, S, D}, b.opt), v = torch::randn({1, H, S, D}, b.opt);
+    const double s = time_it([&] { (void)model::attention_core(q, k, v); }, b.dev, b.o.min_seconds, b.clock);
+    add_point(points, "attention", "H8 D64 S" + std::to_string(S), 4.0 * H * D * S * (S + 1) / 2.0, b.eb * 4.0 * S * H * D, s);
   }
-  // Mamba-2 chunked scan (SSD) over one chunk length, float32, G = 1 group.
-  for (int64_t Lq : o.quick ? std::vector<int64_t>{512, 2048} : std::vector<int64_t>{256, 1024, 4096}) {
+}
+
+// Mamba-2 chunked scan (SSD) over one chunk length, float32, G = 1 group.
+void measure_scan(const Bench& b, std::vector<CalibrationPoint>& points) {
+  const auto& opt32 = b.opt32;
+  for (int64_t Lq : b.o.quick ? std::vector<int64_t>{512, 2048} : std::vector<int64_t>{256, 1024, 4096}) {
     const int64_t H = 8, P = 64, N = 64, Q = 128, C = Lq / Q;
     auto x = torch::randn({C, Q, H, P}, opt32), B = torch::randn({C, Q, N}, opt32), Cm = torch::randn({C, Q, N}, opt32);
     auto dA = -torch::rand({C, Q, H}, opt32) * 0.1;
@@ -439,125 +446,125 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
           auto states = st.cumsum(0);  // inter-chunk recurrence (decay folded)
           (void)(y + torch::einsum("cqn,chpn->cqhp", {Cm, states}));
         },
-        dev, o.min_seconds, clock);
+        b.dev, b.o.min_seconds, b.clock);
     const double per_tok = Q * (N + H * P) + 4.0 * H * P * N;
-    add("scan", "H8 P64 N64 Q128 L" + std::to_string(Lq), per_tok * Lq, 4.0 * Lq * (2 * N + 2 * H * P), s);
+    add_point(points, "scan", "H8 P64 N64 Q128 L" + std::to_string(Lq), per_tok * Lq, 4.0 * Lq * (2 * N + 2 * H * P), s);
   }
-  // The model's own eager Mamba-2 mixer (model::Mamba2) as an operator microbenchmark at chosen
-  // sizes (one layer, no architecture): a prefill of L tokens into a fresh cache and a decode
-  // step from a filled cache, each minus its two projections timed alone on the same weights
-  // and inputs (those are GEMMs, predicted by the gemm fit). What is left is everything else the
-  // mixer runs (conv, SiLU, dt/A, the chunked SSD scan or its recurrent step on the layouts the
-  // mixer hands it, the gated norm, casts, copies, dispatch), fitted by HardwareProfile::
-  // MambaMixerCost. Sizes vary heads, head dim, state, groups (fewer than heads, as in
-  // Nemotron-H), chunk and length independently; one length is not a whole number of chunks.
-  if (o.device == "cpu") {
-    struct Size { int64_t h, H, P, N, G, Q, L; };
-    const std::vector<Size> sizes =
-        o.quick ? std::vector<Size>{{256, 4, 32, 16, 1, 64, 128}, {512, 8, 64, 64, 2, 128, 512},
-                                    {256, 16, 32, 32, 4, 32, 200}, {384, 8, 32, 128, 4, 64, 128},
-                                    {448, 12, 64, 16, 3, 64, 384}}
-                : std::vector<Size>{{256, 4, 32, 16, 1, 64, 128},   {512, 8, 64, 64, 2, 128, 512},
-                                    {256, 16, 32, 32, 4, 32, 200},  {384, 8, 32, 128, 4, 64, 128},
-                                    {448, 12, 64, 16, 3, 64, 384},  {320, 6, 48, 48, 2, 128, 128},
-                                    {640, 24, 32, 16, 6, 64, 512},  {256, 4, 96, 32, 2, 32, 512},
-                                    {768, 16, 64, 64, 8, 64, 200},  {192, 2, 64, 128, 1, 128, 384},
-                                    {384, 32, 16, 16, 8, 32, 128},  {320, 10, 32, 64, 5, 64, 640}};
-    const int rounds = o.quick ? 1 : 3;
-    std::vector<std::vector<double>> pre(sizes.size()), step(sizes.size());
-    model::TpGroup tp{dist::make_self_communicator()};
-    for (int round = 0; round < rounds; ++round)
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        const auto& z = sizes[i];
-        model::MambaSpec ms;
-        ms.num_heads = int(z.H), ms.head_dim = int(z.P), ms.state_size = int(z.N), ms.n_groups = int(z.G);
-        ms.chunk_size = int(z.Q);
-        model::Mamba2 mixer(ms, z.h, 1e-5, tp, dt, "calibration");
-        auto x = torch::randn({1, z.L, z.h}, opt), y = torch::randn({1, z.L, z.H * z.P}, opt);
-        const auto& wi = mixer->in_proj->weight;
-        const auto& wo = mixer->out_proj->weight;
-        const double full = time_it(
-            [&] {
-              model::MambaCache c;
-              (void)mixer->forward(x, &c);
-            },
-            dev, o.min_seconds, clock);
-        const double proj = time_it([&] { (void)model::apply_linear(x, wi); }, dev, o.min_seconds, clock) +
-                            time_it([&] { (void)model::apply_linear(y, wo); }, dev, o.min_seconds, clock);
-        pre[i].push_back(full - proj);
-        model::MambaCache c;
-        (void)mixer->forward(x.narrow(1, 0, std::min<int64_t>(z.L, 32)), &c);
-        auto x1 = torch::randn({1, 1, z.h}, opt), y1 = torch::randn({1, 1, z.H * z.P}, opt);
-        const double full1 = time_it([&] { (void)mixer->forward(x1, &c); }, dev, o.min_seconds, clock);
-        const double proj1 = time_it([&] { (void)model::apply_linear(x1, wi); }, dev, o.min_seconds, clock) +
-                             time_it([&] { (void)model::apply_linear(y1, wo); }, dev, o.min_seconds, clock);
-        step[i].push_back(full1 - proj1);
-      }
+}
+
+// The model's own eager Mamba-2 mixer (model::Mamba2) as an operator microbenchmark at chosen
+// sizes (one layer, no architecture): a prefill of L tokens into a fresh cache and a decode
+// step from a filled cache, each minus its two projections timed alone on the same weights
+// and inputs (those are GEMMs, predicted by the gemm fit). What is left is everything else the
+// mixer runs (conv, SiLU, dt/A, the chunked SSD scan or its recurrent step on the layouts the
+// mixer hands it, the gated norm, casts, copies, dispatch), fitted by HardwareProfile::
+// MambaMixerCost. Sizes vary heads, head dim, state, groups (fewer than heads, as in
+// Nemotron-H), chunk and length independently; one length is not a whole number of chunks.
+void measure_mamba_mixers(const Bench& b, std::vector<CalibrationPoint>& points) {
+  const CalibrationOptions& o = b.o;
+  const auto& opt = b.opt;
+  const auto& dev = b.dev;
+  const auto& clock = b.clock;
+  struct Size { int64_t h, H, P, N, G, Q, L; };
+  const std::vector<Size> sizes =
+      o.quick ? std::vector<Size>{{256, 4, 32, 16, 1, 64, 128}, {512, 8, 64, 64, 2, 128, 512},
+                                  {256, 16, 32, 32, 4, 32, 200}, {384, 8, 32, 128, 4, 64, 128},
+                                  {448, 12, 64, 16, 3, 64, 384}}
+              : std::vector<Size>{{256, 4, 32, 16, 1, 64, 128},   {512, 8, 64, 64, 2, 128, 512},
+                                  {256, 16, 32, 32, 4, 32, 200},  {384, 8, 32, 128, 4, 64, 128},
+                                  {448, 12, 64, 16, 3, 64, 384},  {320, 6, 48, 48, 2, 128, 128},
+                                  {640, 24, 32, 16, 6, 64, 512},  {256, 4, 96, 32, 2, 32, 512},
+                                  {768, 16, 64, 64, 8, 64, 200},  {192, 2, 64, 128, 1, 128, 384},
+                                  {384, 32, 16, 16, 8, 32, 128},  {320, 10, 32, 64, 5, 64, 640}};
+  const int rounds = o.quick ? 1 : 3;
+  std::vector<std::vector<double>> pre(sizes.size()), step(sizes.size());
+  model::TpGroup tp{dist::make_self_communicator()};
+  for (int round = 0; round < rounds; ++round)
     for (size_t i = 0; i < sizes.size(); ++i) {
       const auto& z = sizes[i];
-      char shape[112];
-      std::snprintf(shape, sizeof shape, "mixer h%lld H%lld P%lld N%lld G%lld Q%lld", (long long)z.h, (long long)z.H,
-                    (long long)z.P, (long long)z.N, (long long)z.G, (long long)z.Q);
-      add("mamba_prefill", std::string(shape) + " L" + std::to_string(z.L) + " minus projections", 0, 0,
-          std::max(1e-7, median(pre[i])));
-      r.points.back().features = mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.Q));
-      add("mamba_step", std::string(shape) + " step minus projections", 0, 0, std::max(1e-7, median(step[i])));
-      r.points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
+      model::MambaSpec ms;
+      ms.num_heads = int(z.H), ms.head_dim = int(z.P), ms.state_size = int(z.N), ms.n_groups = int(z.G);
+      ms.chunk_size = int(z.Q);
+      model::Mamba2 mixer(ms, z.h, 1e-5, tp, b.dt, "calibration");
+      auto x = torch::randn({1, z.L, z.h}, opt), y = torch::randn({1, z.L, z.H * z.P}, opt);
+      const auto& wi = mixer->in_proj->weight;
+      const auto& wo = mixer->out_proj->weight;
+      const double full = time_it(
+          [&] {
+            model::MambaCache c;
+            (void)mixer->forward(x, &c);
+          },
+          dev, o.min_seconds, clock);
+      const double proj = time_it([&] { (void)model::apply_linear(x, wi); }, dev, o.min_seconds, clock) +
+                          time_it([&] { (void)model::apply_linear(y, wo); }, dev, o.min_seconds, clock);
+      pre[i].push_back(full - proj);
+      model::MambaCache c;
+      (void)mixer->forward(x.narrow(1, 0, std::min<int64_t>(z.L, 32)), &c);
+      auto x1 = torch::randn({1, 1, z.h}, opt), y1 = torch::randn({1, 1, z.H * z.P}, opt);
+      const double full1 = time_it([&] { (void)mixer->forward(x1, &c); }, dev, o.min_seconds, clock);
+      const double proj1 = time_it([&] { (void)model::apply_linear(x1, wi); }, dev, o.min_seconds, clock) +
+                           time_it([&] { (void)model::apply_linear(y1, wo); }, dev, o.min_seconds, clock);
+      step[i].push_back(full1 - proj1);
     }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const auto& z = sizes[i];
+    char shape[112];
+    std::snprintf(shape, sizeof shape, "mixer h%lld H%lld P%lld N%lld G%lld Q%lld", (long long)z.h, (long long)z.H,
+                  (long long)z.P, (long long)z.N, (long long)z.G, (long long)z.Q);
+    add_point(points, "mamba_prefill", std::string(shape) + " L" + std::to_string(z.L) + " minus projections", 0, 0,
+              std::max(1e-7, median(pre[i])));
+    points.back().features = mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.Q));
+    add_point(points, "mamba_step", std::string(shape) + " step minus projections", 0, 0, std::max(1e-7, median(step[i])));
+    points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
   }
-  if (o.device == "cpu") measure_decode_steps(o, opt, dt, eb, pool_bytes, clock, r.points);
-  // Memory copies.
-  for (int64_t mb : o.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64, 256}) {
-    auto src = torch::empty({int64_t(mb * 1048576 / eb)}, opt).uniform_();
+}
+
+void measure_copies(const Bench& b, std::vector<CalibrationPoint>& points) {
+  for (int64_t mb : b.o.quick ? std::vector<int64_t>{1, 16, 64} : std::vector<int64_t>{1, 4, 16, 64, 256}) {
+    auto src = torch::empty({int64_t(mb * 1048576 / b.eb)}, b.opt).uniform_();
     auto dst = torch::empty_like(src);
-    const double s = time_it([&] { dst.copy_(src); }, dev, o.min_seconds, clock);
-    add("memory", std::to_string(mb) + " MiB copy", 0, 2.0 * mb * 1048576, s);
+    const double s = time_it([&] { dst.copy_(src); }, b.dev, b.o.min_seconds, b.clock);
+    add_point(points, "memory", std::to_string(mb) + " MiB copy", 0, 2.0 * mb * 1048576, s);
   }
+}
 
-  // Elementwise arithmetic in the model dtype (what norms, gates and activations run): an
-  // out-of-place product of two tensors, 3 x elements x bytes of traffic.
-  for (int64_t n : o.quick ? std::vector<int64_t>{65536, 1048576} : std::vector<int64_t>{65536, 262144, 1048576, 4194304}) {
-    auto x = torch::randn({n}, opt), z = torch::randn({n}, opt);
-    const double s = time_it([&] { (void)(x * z); }, dev, o.min_seconds, clock);
-    add("elementwise", std::to_string(n) + " x*y", 0, 3.0 * eb * double(n), s);
+// Elementwise arithmetic in the model dtype (what norms, gates and activations run): an
+// out-of-place product of two tensors, 3 x elements x bytes of traffic.
+void measure_elementwise(const Bench& b, std::vector<CalibrationPoint>& points) {
+  for (int64_t n : b.o.quick ? std::vector<int64_t>{65536, 1048576} : std::vector<int64_t>{65536, 262144, 1048576, 4194304}) {
+    auto x = torch::randn({n}, b.opt), z = torch::randn({n}, b.opt);
+    const double s = time_it([&] { (void)(x * z); }, b.dev, b.o.min_seconds, b.clock);
+    add_point(points, "elementwise", std::to_string(n) + " x*y", 0, 3.0 * b.eb * double(n), s);
   }
-  // Dispatch: the fixed cost of one framework operator on small tensors (the per-operator
-  // overhead of eager execution: dispatch, stride handling, allocation), measured on a mix
-  // shaped like one token through an eager norm + attention step (4-D views, casts, a cache
-  // append, batched products, softmax, a copying reshape): its time / the 16 operators that
-  // compute or copy (views are not counted, as in an engine's extra_ops).
-  {
-    auto x = torch::randn({1, 1, 256}, opt), w = torch::randn({256}, opt), kc = torch::randn({1, 4, 16, 64}, opt);
-    constexpr int kOps = 16;
-    const double s = time_it(
-        [&] {
-          auto h = x.to(torch::kFloat32);
-          h = h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-5);
-          auto y = w * h.to(x.scalar_type());
-          auto q = y.view({1, 1, 4, 64}).transpose(1, 2);
-          auto c = torch::cat({kc, q}, 2);
-          auto sc = torch::matmul(q, c.transpose(2, 3)) * 0.125;
-          auto pr = torch::softmax(sc, -1, torch::kFloat32).to(x.scalar_type());
-          auto o = torch::matmul(pr, c).transpose(1, 2).reshape({1, 1, 256});
-          (void)(x + o);
-        },
-        dev, o.min_seconds, clock);
-    add("dispatch", std::to_string(kOps) + " small ops (norm + 1-token attention step, eager)", 0, 0, s / kOps);
-  }
+}
 
-  // ---- fits
-  // Per-operator overhead: the fastest tiny op mix; every curve's intercept keeps what is left
-  // of its fitted fixed cost after it (half = (c - overhead) / a, never negative).
-  double overhead = 0;
-  for (const auto& p : r.points)
-    if (p.kind == "dispatch") overhead = p.seconds;
-  auto fit = [&](const std::string& kind, bool by_bytes) {
-    std::vector<double> w, t;
-    for (const auto& p : r.points)
-      if (p.kind == kind) w.push_back(by_bytes ? p.bytes : p.flops), t.push_back(p.seconds);
-    return fit_linear(w, t);
-  };
-  HardwareProfile& h = r.profile;
+// Dispatch: the fixed cost of one framework operator on small tensors (the per-operator
+// overhead of eager execution: dispatch, stride handling, allocation), measured on a mix
+// shaped like one token through an eager norm + attention step (4-D views, casts, a cache
+// append, batched products, softmax, a copying reshape): its time / the 16 operators that
+// compute or copy (views are not counted, as in an engine's extra_ops).
+void measure_dispatch(const Bench& b, std::vector<CalibrationPoint>& points) {
+  const auto& opt = b.opt;
+  auto x = torch::randn({1, 1, 256}, opt), w = torch::randn({256}, opt), kc = torch::randn({1, 4, 16, 64}, opt);
+  constexpr int kOps = 16;
+  const double s = time_it(
+      [&] {
+        auto h = x.to(torch::kFloat32);
+        h = h * torch::rsqrt(h.pow(2).mean(-1, true) + 1e-5);
+        auto y = w * h.to(x.scalar_type());
+        auto q = y.view({1, 1, 4, 64}).transpose(1, 2);
+        auto c = torch::cat({kc, q}, 2);
+        auto sc = torch::matmul(q, c.transpose(2, 3)) * 0.125;
+        auto pr = torch::softmax(sc, -1, torch::kFloat32).to(x.scalar_type());
+        auto o = torch::matmul(pr, c).transpose(1, 2).reshape({1, 1, 256});
+        (void)(x + o);
+      },
+      b.dev, b.o.min_seconds, b.clock);
+  add_point(points, "dispatch", std::to_string(kOps) + " small ops (norm + 1-token attention step, eager)", 0, 0, s / kOps);
+}
+
+// The profile's description: id, name, where it was calibrated, memory.
+void describe_profile(HardwareProfile& h, const CalibrationOptions& o) {
   h.id = o.id;
   h.name = o.name.empty() ? std::string(o.device == "cuda" ? "local CUDA device" : "local CPU") + " (" + o.dtype +
                                 ", " + std::to_string(torch::get_num_threads()) + " threads)"
@@ -570,36 +577,49 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   }
   h.memory_bytes = o.memory_bytes;
   h.usable_fraction = o.usable_fraction;
-  h.kernel_overhead_s = overhead;
+}
+
+// GEMM: peak and fixed cost from compute-bound points with many rows (the memory curve
+// explains memory-bound ones); then the rows penalty from GEMMs with few rows.
+void fit_gemm(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double overhead) {
+  constexpr double kManyRows = 128;
+  std::vector<double> w, t;
+  for (const auto& p : points)
+    if (p.kind == "gemm" && p.rows >= kManyRows && p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
+      w.push_back(p.flops), t.push_back(p.seconds);
+  if (w.size() < 2)
+    for (const auto& p : points)
+      if (p.kind == "gemm") w.push_back(p.flops), t.push_back(p.seconds);
+  const auto [a, c] = fit_linear(w, t);
+  h.peak_flops = 1.0 / a;
+  h.gemm = {1.0, std::max(0.0, c - overhead) / a};
+  // t = (flops (1 + r / rows) + half) / peak + overhead for a compute-bound GEMM with few
+  // rows: r from each such point, the median kept (0 when few-row GEMMs are not slower).
+  std::vector<double> rs;
+  for (const auto& p : points)
+    if (p.kind == "gemm" && p.rows > 0 && p.rows < kManyRows &&
+        p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
+      rs.push_back(std::max(0.0, p.rows * (((p.seconds - overhead) * h.peak_flops - h.gemm.half) / p.flops - 1.0)));
+  if (!rs.empty()) {
+    std::sort(rs.begin(), rs.end());
+    h.gemm_rows_half = rs[rs.size() / 2];
+  }
+}
+
+// The straight lines of the roofline: memory, GEMM, elementwise, attention and scan. Each
+// curve's intercept keeps what is left of its fitted fixed cost after the per-operator
+// overhead (half = (c - overhead) / a, never negative).
+void fit_roofline(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double overhead) {
+  auto fit = [&](const std::string& kind, bool by_bytes) {
+    std::vector<double> w, t;
+    for (const auto& p : points)
+      if (p.kind == kind) w.push_back(by_bytes ? p.bytes : p.flops), t.push_back(p.seconds);
+    return fit_linear(w, t);
+  };
   const auto [am, cm] = fit("memory", true);
   h.memory_bandwidth = 1.0 / am;
   h.memory = {1.0, std::max(0.0, cm - overhead) / am};
-  // GEMM: peak and fixed cost from compute-bound points with many rows (the memory curve
-  // explains memory-bound ones); then the rows penalty from GEMMs with few rows.
-  constexpr double kManyRows = 128;
-  {
-    std::vector<double> w, t;
-    for (const auto& p : r.points)
-      if (p.kind == "gemm" && p.rows >= kManyRows && p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
-        w.push_back(p.flops), t.push_back(p.seconds);
-    if (w.size() < 2)
-      for (const auto& p : r.points)
-        if (p.kind == "gemm") w.push_back(p.flops), t.push_back(p.seconds);
-    const auto [a, c] = fit_linear(w, t);
-    h.peak_flops = 1.0 / a;
-    h.gemm = {1.0, std::max(0.0, c - overhead) / a};
-    // t = (flops (1 + r / rows) + half) / peak + overhead for a compute-bound GEMM with few
-    // rows: r from each such point, the median kept (0 when few-row GEMMs are not slower).
-    std::vector<double> rs;
-    for (const auto& p : r.points)
-      if (p.kind == "gemm" && p.rows > 0 && p.rows < kManyRows &&
-          p.seconds > 1.5 * (p.bytes + h.memory.half) / h.memory_bandwidth)
-        rs.push_back(std::max(0.0, p.rows * (((p.seconds - overhead) * h.peak_flops - h.gemm.half) / p.flops - 1.0)));
-    if (!rs.empty()) {
-      std::sort(rs.begin(), rs.end());
-      h.gemm_rows_half = rs[rs.size() / 2];
-    }
-  }
+  fit_gemm(h, points, overhead);
   {
     const auto [a, c] = fit("elementwise", true);
     h.elementwise = {std::min(1.0, 1.0 / (a * h.memory_bandwidth)), std::max(0.0, c - overhead) / a};
@@ -609,10 +629,13 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     EfficiencyCurve e{std::min(1.0, 1.0 / (a * h.peak_flops)), std::max(0.0, c - overhead) / a};
     (std::string(kind) == "attention" ? h.attention : h.scan) = e;
   }
+}
+
+void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& points) {
   for (const char* kind : {"mamba_prefill", "mamba_step"}) {
     std::vector<std::vector<double>> X;
     std::vector<double> t;
-    for (const auto& p : r.points)
+    for (const auto& p : points)
       if (p.kind == kind) X.push_back(p.features), t.push_back(p.seconds);
     if (X.empty()) continue;
     const std::vector<double> c = fit_nonneg(X, t);
@@ -622,9 +645,12 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
       h.mamba.step_per_state = c[0], h.mamba.step_per_lin = c[1], h.mamba.step_fixed = c[2];
     h.mamba.measured = true;
   }
-  fit_decode_steps(h, r.points, eb);
+}
+
+// Each point's time by the fitted profile; the mean absolute percentage error.
+double score_points(const HardwareProfile& h, std::vector<CalibrationPoint>& points, double eb) {
   double err = 0;
-  for (auto& p : r.points) {
+  for (auto& p : points) {
     p.predicted_s = p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
@@ -632,7 +658,45 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
                         : roofline_seconds(h, p.kind, p.flops, p.bytes, p.rows);
     err += std::fabs(p.predicted_s - p.seconds) / p.seconds;
   }
-  r.mape = err / double(r.points.size());
+  return err / double(points.size());
+}
+
+}  // namespace
+
+CalibrationResult calibrate(const CalibrationOptions& o) {
+  check_options(o);
+  if (o.threads > 0) dist::set_compute_threads(o.threads);
+  const Stopwatch clock = Stopwatch::for_device(o.device);
+  torch::NoGradGuard no_grad;
+  const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
+  const auto dt = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+  const Bench b{o, dev, dt, o.dtype == "float32" ? 4.0 : 2.0, torch::TensorOptions().dtype(dt).device(dev),
+                torch::TensorOptions().dtype(torch::kFloat32).device(dev), clock,
+                o.quick ? kQuickGemmPoolBytes : kGemmPoolBytes};
+  torch::manual_seed(0);
+  CalibrationResult r;
+  r.clock = clock.name();
+  // ---- measurements
+  measure_gemms(b, r.points);
+  measure_attention(b, r.points);
+  measure_scan(b, r.points);
+  if (o.device == "cpu") measure_mamba_mixers(b, r.points);
+  if (o.device == "cpu") measure_decode_steps(o, b.opt, dt, b.eb, b.pool_bytes, clock, r.points);
+  measure_copies(b, r.points);
+  measure_elementwise(b, r.points);
+  measure_dispatch(b, r.points);
+  // ---- fits
+  // Per-operator overhead: the fastest tiny op mix, taken out of every curve's intercept.
+  double overhead = 0;
+  for (const auto& p : r.points)
+    if (p.kind == "dispatch") overhead = p.seconds;
+  HardwareProfile& h = r.profile;
+  describe_profile(h, o);
+  h.kernel_overhead_s = overhead;
+  fit_roofline(h, r.points, overhead);
+  fit_mamba_mixers(h, r.points);
+  fit_decode_steps(h, r.points, b.eb);
+  r.mape = score_points(h, r.points, b.eb);
   return r;
 }
 

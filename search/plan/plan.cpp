@@ -370,16 +370,11 @@ std::string Plan::overflow() const {
   return s + ")";
 }
 
-Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluster& cluster, const HardwareProfile& hw,
-               const PlanLayout& layout_in, const PlanOptions& o) {
-  if (o.stage == PlanStage::Distill && !student_in) throw InputError("--student", "(missing)", "the distill stage needs a student");
-  // The search's masked student is the teacher's architecture; importance has no student.
-  const ArchSpec* student = o.stage == PlanStage::Distill ? student_in : nullptr;
-  Plan p;
-  p.cluster = cluster;
-  p.options = o;
-  p.hardware_id = hw.id;
-  p.hardware_name = hw.name;
+namespace {
+
+// The layout with its defaults filled in (DP = world / TP, ETP = TP, teacher EP = EP), checked
+// against the cluster.
+PlanLayout resolve_layout(const Cluster& cluster, const PlanLayout& layout_in) {
   PlanLayout L = layout_in;
   const int world = cluster.world();
   if (L.tp < 1) throw InputError("--tp", std::to_string(L.tp), "must be at least 1");
@@ -400,6 +395,11 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     if (world % (ep * L.etp))
       throw InputError(opt, std::to_string(ep),
                        "EP x ETP = " + std::to_string(ep * L.etp) + " does not divide the " + std::to_string(world) + " GPUs");
+  return L;
+}
+
+// Sequences per optimizer step, checked with the other batch options.
+int64_t global_batch(const PlanOptions& o, const PlanLayout& L) {
   if (o.seq_len < 1) throw InputError("--seq-len", std::to_string(o.seq_len), "must be positive");
   if (o.micro_batch < 1) throw InputError("--micro-batch", std::to_string(o.micro_batch), "must be positive");
   if (o.grad_bytes != 2 && o.grad_bytes != 4) throw InputError("--grad-dtype", std::to_string(o.grad_bytes), "gradients are bf16 (2) or fp32 (4)");
@@ -408,42 +408,53 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
   if (gbs % per_step_min)
     throw InputError("--global-batch", std::to_string(gbs),
                      "is not a multiple of micro-batch x DP = " + std::to_string(per_step_min));
-  p.grad_accum = gbs / per_step_min;
-  check_model(teacher, "teacher", L.tp, L.teacher_ep, L.etp, o);
-  if (student) check_model(*student, "student", L.tp, L.ep, L.etp, o);
-  p.layout = L;
-  p.edp = world / (L.ep * L.etp);
-  p.teacher_edp = world / (L.teacher_ep * L.etp);
+  return gbs;
+}
 
-  const int tp = L.tp, gpn = cluster.gpus_per_node;
-  const double s = double(o.seq_len), b = double(o.micro_batch), sb = s * b, ts = o.sequence_parallel ? tp : 1;
-  const Shards ts_t = shard_params(teacher, tp, L.teacher_ep, L.etp, o.include_mtp);
-  p.teacher_params = ts_t.total;
-  p.teacher_params_gpu = ts_t.dense_gpu + ts_t.expert_gpu;
-  const double t_bytes = dtype_bytes(teacher.dtype);
-  auto add = [&](const std::string& name, double bytes, const std::string& note, unsigned phases = kAlways) {
-    if (bytes > 0) p.memory.push_back({name, bytes, note, phases});
-  };
-  add("teacher weights", p.teacher_params_gpu * t_bytes,
-      fmt("%.3gB params on this GPU, ", p.teacher_params_gpu / 1e9) + teacher.dtype + ", frozen" +
-          (o.stage == PlanStage::Search ? "; shared by the masked student" : ""));
-
-  // Activations, logits and SP buffers are in the trained model's dtype (the teacher's for importance).
-  const double eb = dtype_bytes(student ? student->dtype : teacher.dtype);
-  ActivationShape shape{o.seq_len, o.micro_batch, tp, L.etp, o.sequence_parallel, o.flash_attention, o.dropout, o.recompute, eb};
-  ActivationShape fwd_shape = shape;
-  fwd_shape.recompute = Recompute::None;
-  ModelActivations teacher_act = model_activations(teacher, "teacher", fwd_shape, o.include_mtp);
-  const double vshard_t = std::ceil(double(teacher.vocab_size) / tp);
-
-  Flops f_teacher = forward_flops(teacher, o.seq_len);
-  const double tokens_step = double(gbs) * s;
-  p.tokens_per_step = tokens_step;
+// A plan under construction: the sizes every item shares, and how items are added. The parts
+// below fill its memory items, compute and communication; finish() sums them up.
+struct PlanBuilder {
+  Plan& p;
+  const ArchSpec& teacher;
+  const ArchSpec* student;  // distill only
+  const HardwareProfile& hw;
+  const PlanOptions& o;
+  const PlanLayout& L;
+  int tp = 1, gpn = 1, world = 1;
+  double s = 0, b = 0, sb = 0, ts = 1;  // sequence, micro-batch, tokens per micro-batch, SP shards
+  double eb = 2;                        // bytes per activation element (the trained model's dtype)
+  double tokens_step = 0, vshard_t = 0, layer_tensor = 0;
+  ActivationShape shape;  // of the trained model (with recompute)
+  ModelActivations teacher_act;
+  Flops f_teacher;
+  GroupPlace g_tp, g_dp;
+  double buffers = 0;        // live in the forward and backward
   double train_flops_s = 0;  // seconds of the trained model's compute (what DP communication can hide behind)
 
-  const GroupPlace g_tp = place(tp, 1, gpn), g_dp = place(L.dp, tp, gpn);
-  auto add_comm = [&](const std::string& coll, const std::string& group, const std::string& what, const GroupPlace& g,
-                      double bytes, bool alltoall) {
+  PlanBuilder(Plan& plan, const ArchSpec& teacher_, const ArchSpec* student_, const HardwareProfile& hw_, int64_t gbs)
+      : p(plan), teacher(teacher_), student(student_), hw(hw_), o(plan.options), L(plan.layout) {
+    tp = L.tp, gpn = p.cluster.gpus_per_node, world = p.cluster.world();
+    s = double(o.seq_len), b = double(o.micro_batch), sb = s * b, ts = o.sequence_parallel ? tp : 1;
+    // Activations, logits and SP buffers are in the trained model's dtype (the teacher's for importance).
+    eb = dtype_bytes(student ? student->dtype : teacher.dtype);
+    shape = ActivationShape{o.seq_len, o.micro_batch, tp, L.etp, o.sequence_parallel, o.flash_attention, o.dropout, o.recompute, eb};
+    ActivationShape fwd_shape = shape;
+    fwd_shape.recompute = Recompute::None;
+    teacher_act = model_activations(teacher, "teacher", fwd_shape, o.include_mtp);
+    vshard_t = std::ceil(double(teacher.vocab_size) / tp);
+    f_teacher = forward_flops(teacher, o.seq_len);
+    tokens_step = double(gbs) * s;
+    p.tokens_per_step = tokens_step;
+    g_tp = place(tp, 1, gpn), g_dp = place(L.dp, tp, gpn);
+    layer_tensor = eb * sb * double(teacher.hidden_size);  // [s, b, h]
+    if (tp > 1 && o.sequence_parallel) buffers += 2 * layer_tensor;  // the gathered sequence and its gradient
+  }
+
+  void add(const std::string& name, double bytes, const std::string& note, unsigned phases = kAlways) {
+    if (bytes > 0) p.memory.push_back({name, bytes, note, phases});
+  }
+  void add_comm(const std::string& coll, const std::string& group, const std::string& what, const GroupPlace& g,
+                double bytes, bool alltoall) {
     if (bytes <= 0 || g.size <= 1) return;
     CommItem c{coll, group, what, g.size, g.inter, bytes,
                alltoall ? alltoall_seconds(bytes, g, gpn, hw) : ring_seconds(bytes, g, hw)};
@@ -451,12 +462,11 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     if (group == "TP" || group == "ETP") p.tp_comm_s += c.seconds;
     else if (group == "EP") p.ep_comm_s += c.seconds;
     else p.dp_comm_s += c.seconds;
-  };
-  const double layer_tensor = eb * sb * double(teacher.hidden_size);  // [s, b, h]
-  auto tp_volume = [&](const ArchSpec& a, double passes) {
+  }
+  double tp_volume(const ArchSpec& a, double passes) const {
     return passes * p.grad_accum * sublayers_with_tp(a) * 2.0 * (tp - 1) / tp * (2 * sb * double(a.hidden_size));
-  };
-  auto ep_volumes = [&](const ArchSpec& a, int ep, double passes, const std::string& who) {
+  }
+  void ep_volumes(const ArchSpec& a, int ep, double passes, const std::string& who) {
     double a2a = 0, etp_bytes = 0;
     for (const auto& l : a.layers) {
       if (!l.moe) continue;
@@ -470,12 +480,19 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     add_comm("all-to-all (dispatch + combine)", "EP", who + " routed tokens", place(ep, L.etp, gpn), a2a, true);
     add_comm("all-gather + reduce-scatter", "ETP", who + " routed tokens to the expert-TP ranks", place(L.etp, 1, gpn),
              etp_bytes, false);
-  };
+  }
 
-  double buffers = 0;  // live in the forward and backward
-  if (tp > 1 && o.sequence_parallel) buffers += 2 * layer_tensor;  // the gathered sequence and its gradient
+  void teacher_weights() {
+    const Shards ts_t = shard_params(teacher, tp, L.teacher_ep, L.etp, o.include_mtp);
+    p.teacher_params = ts_t.total;
+    p.teacher_params_gpu = ts_t.dense_gpu + ts_t.expert_gpu;
+    add("teacher weights", p.teacher_params_gpu * dtype_bytes(teacher.dtype),
+        fmt("%.3gB params on this GPU, ", p.teacher_params_gpu / 1e9) + teacher.dtype + ", frozen" +
+            (o.stage == PlanStage::Search ? "; shared by the masked student" : ""));
+  }
 
-  if (o.stage == PlanStage::Importance) {
+  // Importance: a no-grad teacher forward and the score accumulators.
+  void importance() {
     add("activations (forward workspace)", teacher_act.max_working + 2 * layer_tensor / ts,
         "largest layer of a no-grad forward + residual stream", kForward);
     add("teacher logits", eb * sb * vshard_t, fmt("%.0f-byte [tokens, vocab / TP]", eb), kForward);
@@ -486,43 +503,47 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     add_comm("all-gather + reduce-scatter (SP) / all-reduce", "TP", "teacher layer inputs and outputs", g_tp,
              tp_volume(teacher, 1), false);
     ep_volumes(teacher, L.teacher_ep, 1, "teacher");
-  } else {
-    // The trained model: the student (distill) or the teacher's architecture with masks (search).
-    const ArchSpec& trained = student ? *student : teacher;
-    const std::string who = student ? "student" : "masked student";
-    ModelActivations act = model_activations(trained, who, shape, o.include_mtp);
-    for (auto& r : act.rows) p.activations.push_back(r);
-    for (auto& r : teacher_act.rows) p.activations.push_back(r);
-    if (student) {
-      const Shards ss = shard_params(*student, tp, L.ep, L.etp, o.include_mtp);
-      p.student_params = ss.total;
-      p.student_dense_gpu = ss.dense_gpu;
-      p.student_expert_gpu = ss.expert_gpu;
-      const double sbytes = dtype_bytes(student->dtype);
-      const double dp_g = L.zero >= 2 ? L.dp : 1, edp_g = L.zero >= 2 ? p.edp : 1;
-      const double dp_o = L.zero >= 1 ? L.dp : 1, edp_o = L.zero >= 1 ? p.edp : 1;
-      add("student weights", (ss.dense_gpu + ss.expert_gpu) * sbytes,
-          fmt("dense %.3gB", ss.dense_gpu / 1e9) + fmt(" + experts %.3gB params on this GPU, ", ss.expert_gpu / 1e9) +
-              student->dtype);
-      add("student gradients", o.grad_bytes * (ss.dense_gpu / dp_g + ss.expert_gpu / edp_g),
-          std::string(o.grad_bytes == 2 ? "bf16" : "fp32") +
-              (L.zero >= 2 ? ", sharded over DP (dense) / EDP (experts)" : ", not sharded") + "; freed at every step",
-          kBackward | kStep);
-      add("student optimizer states", 12 * (ss.dense_gpu / dp_o + ss.expert_gpu / edp_o),
-          std::string("fp32 master + Adam m, v (12 B/param)") +
-              (L.zero >= 1 ? fmt(", sharded over DP %.0f", L.dp) + fmt(" / EDP %.0f", p.edp) : ", replicated"));
-    } else {
+  }
+
+  // The student's weights, gradients and optimizer states (distill); the masks (search).
+  void trained_state() {
+    if (!student) {
       const double masks = unit_count(teacher);
       add("search masks + optimizer", masks * 16, "fp32 mask logits + master + Adam m, v, replicated");
+      return;
     }
+    const Shards ss = shard_params(*student, tp, L.ep, L.etp, o.include_mtp);
+    p.student_params = ss.total;
+    p.student_dense_gpu = ss.dense_gpu;
+    p.student_expert_gpu = ss.expert_gpu;
+    const double sbytes = dtype_bytes(student->dtype);
+    const double dp_g = L.zero >= 2 ? L.dp : 1, edp_g = L.zero >= 2 ? p.edp : 1;
+    const double dp_o = L.zero >= 1 ? L.dp : 1, edp_o = L.zero >= 1 ? p.edp : 1;
+    add("student weights", (ss.dense_gpu + ss.expert_gpu) * sbytes,
+        fmt("dense %.3gB", ss.dense_gpu / 1e9) + fmt(" + experts %.3gB params on this GPU, ", ss.expert_gpu / 1e9) +
+            student->dtype);
+    add("student gradients", o.grad_bytes * (ss.dense_gpu / dp_g + ss.expert_gpu / edp_g),
+        std::string(o.grad_bytes == 2 ? "bf16" : "fp32") +
+            (L.zero >= 2 ? ", sharded over DP (dense) / EDP (experts)" : ", not sharded") + "; freed at every step",
+        kBackward | kStep);
+    add("student optimizer states", 12 * (ss.dense_gpu / dp_o + ss.expert_gpu / edp_o),
+        std::string("fp32 master + Adam m, v (12 B/param)") +
+            (L.zero >= 1 ? fmt(", sharded over DP %.0f", L.dp) + fmt(" / EDP %.0f", p.edp) : ", replicated"));
+  }
+
+  // Activations, the layer workspace and the vocabulary-parallel KD loss (distill/kd_loss.cpp):
+  // both models' logits are kept for its backward; its forward works in 3 fp32 [chunk, vocab /
+  // TP] buffers, its backward writes the logits' gradient with 2.
+  void activations_and_kd(const ArchSpec& trained, const std::string& who) {
+    const ModelActivations act = model_activations(trained, who, shape, o.include_mtp);
+    for (auto& r : act.rows) p.activations.push_back(r);
+    for (auto& r : teacher_act.rows) p.activations.push_back(r);
+    trained_state();
     add(who + " activations", act.saved,
         "saved for backward, recompute " + to_string(o.recompute) + (o.flash_attention ? ", flash attention" : ", eager attention"),
         kForward | kKdBackward | kBackward);
     add("layer workspace", std::max(teacher_act.max_working, act.max_working),
         "largest single layer's tensors: the teacher's no-grad forward, a recomputed or backward layer", kForward | kBackward);
-    // The vocabulary-parallel KD loss (distill/kd_loss.cpp): both models' logits are kept for
-    // its backward; its forward works in 3 fp32 [chunk, vocab / TP] buffers, its backward
-    // writes the logits' gradient with 2.
     const double vshard_s = std::ceil(double(trained.vocab_size) / tp);
     const double chunk = std::min<double>(double(o.kd_token_chunk), sb);
     const double ws = chunk * vshard_s * 4;
@@ -531,25 +552,29 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     add("KD loss forward workspace", 3 * ws, fmt("3 fp32 [chunk %.0f, vocab / TP]", chunk), kForward);
     add("KD logits gradient", eb * sb * vshard_s + 2 * ws,
         fmt("%.0f-byte [tokens, vocab / TP] + 2 fp32 [chunk, vocab / TP]", eb), kKdBackward);
-    if (student) {
-      // One bucket at a time (no larger than the fp32 gradients on this GPU): the fp32
-      // reduce-scatter staging + the all-gather in the weights' dtype; and the reduced fp32
-      // gradient rows this rank owns, until the update.
-      const double bucket = std::min(o.bucket_bytes, 4 * (p.student_dense_gpu + p.student_expert_gpu));
-      if (L.dp > 1 || p.edp > 1) {
-        add("DP buckets", bucket * (1 + dtype_bytes(student->dtype) / 4),
-            "one fp32 reduce-scatter bucket + one all-gather bucket", kStep);
-        add("reduced gradient shards", 4 * (p.student_dense_gpu / L.dp + p.student_expert_gpu / p.edp),
-            "fp32, this rank's rows", kStep);
-      }
-      const int width = max_expert_width(*student);
-      double copies = 0;
-      for (const auto& l : student->layers)
-        if (l.moe) copies = std::max(copies, routed_copies_per_gpu(*l.moe, sb, tp, L.etp, o.sequence_parallel));
-      if (L.ep > 1) buffers += 2 * copies * width * 2;  // all-to-all send + receive
+  }
+
+  // The student's DP buckets and EP all-to-all buffers. One bucket at a time (no larger than
+  // the fp32 gradients on this GPU): the fp32 reduce-scatter staging + the all-gather in the
+  // weights' dtype; and the reduced fp32 gradient rows this rank owns, until the update.
+  void student_buffers() {
+    const double bucket = std::min(o.bucket_bytes, 4 * (p.student_dense_gpu + p.student_expert_gpu));
+    if (L.dp > 1 || p.edp > 1) {
+      add("DP buckets", bucket * (1 + dtype_bytes(student->dtype) / 4),
+          "one fp32 reduce-scatter bucket + one all-gather bucket", kStep);
+      add("reduced gradient shards", 4 * (p.student_dense_gpu / L.dp + p.student_expert_gpu / p.edp),
+          "fp32, this rank's rows", kStep);
     }
-    // Compute: the trained model forward + backward (frozen weights in search: no weight
-    // gradients), recomputation, and the teacher's forward.
+    const int width = max_expert_width(*student);
+    double copies = 0;
+    for (const auto& l : student->layers)
+      if (l.moe) copies = std::max(copies, routed_copies_per_gpu(*l.moe, sb, tp, L.etp, o.sequence_parallel));
+    if (L.ep > 1) buffers += 2 * copies * width * 2;  // all-to-all send + receive
+  }
+
+  // Compute: the trained model forward + backward (frozen weights in search: no weight
+  // gradients), recomputation, and the teacher's forward.
+  void trained_compute(const ArchSpec& trained) {
     const Flops f_tr = forward_flops(trained, o.seq_len);
     double mult = student ? 3 : 2;
     if (o.recompute == Recompute::Full) mult += 1;
@@ -558,6 +583,9 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
     p.flops_per_gpu = tokens_step * (tr.total() + f_teacher.total()) / world;
     train_flops_s = tokens_step * seconds_for(tr, hw) / world;
     p.compute_s = train_flops_s + tokens_step * seconds_for(f_teacher, hw) / world;
+  }
+
+  void trained_comm(const ArchSpec& trained, const std::string& who) {
     const double passes = 2 + (o.recompute == Recompute::Full ? 1 : 0);
     add_comm("all-gather + reduce-scatter (SP) / all-reduce", "TP", who + " layer inputs and outputs", g_tp,
              tp_volume(trained, passes), false);
@@ -567,41 +595,82 @@ Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluste
              p.grad_accum * 2.0 * (tp - 1) / tp * 16 * sb, false);
     ep_volumes(trained, student ? L.ep : L.teacher_ep, passes, who);
     ep_volumes(teacher, L.teacher_ep, 1, "teacher");
-    if (student) {
-      auto dp_sync = [&](double params, const GroupPlace& g, const std::string& group, const std::string& what) {
-        const double f = double(g.size - 1) / g.size;
-        if (L.zero == 0) add_comm("all-reduce", group, what + " gradients (fp32)", g, 2 * f * o.dp_reduce_bytes * params, false);
-        else {
-          add_comm("reduce-scatter", group, what + " gradients (fp32)", g, f * o.dp_reduce_bytes * params, false);
-          add_comm("all-gather", group, what + " updated bf16 weights", g, f * 2 * params, false);
-        }
-      };
-      dp_sync(p.student_dense_gpu, g_dp, "DP", "dense");
-      dp_sync(p.student_expert_gpu, place(p.edp, L.ep * L.etp, gpn), "EDP", "expert");
-    }
+    if (!student) return;
+    auto dp_sync = [&](double params, const GroupPlace& g, const std::string& group, const std::string& what) {
+      const double f = double(g.size - 1) / g.size;
+      if (L.zero == 0) add_comm("all-reduce", group, what + " gradients (fp32)", g, 2 * f * o.dp_reduce_bytes * params, false);
+      else {
+        add_comm("reduce-scatter", group, what + " gradients (fp32)", g, f * o.dp_reduce_bytes * params, false);
+        add_comm("all-gather", group, what + " updated bf16 weights", g, f * 2 * params, false);
+      }
+    };
+    dp_sync(p.student_dense_gpu, g_dp, "DP", "dense");
+    dp_sync(p.student_expert_gpu, place(p.edp, L.ep * L.etp, gpn), "EDP", "expert");
   }
-  add("communication buffers", buffers, "SP gathered sequence, EP all-to-all send/receive",
-      o.stage == PlanStage::Importance ? kForward : kForward | kBackward);
 
-  for (const auto& m : p.memory) {
-    if (m.phases == kAlways) p.always_bytes += m.bytes;
-    for (int k = 0; k < 4; ++k)
-      if (m.phases & (1u << k)) p.phase_bytes[k] += m.bytes;
+  // Distill or search: the trained model is the student (distill) or the teacher's
+  // architecture with masks (search).
+  void training() {
+    const ArchSpec& trained = student ? *student : teacher;
+    const std::string who = student ? "student" : "masked student";
+    activations_and_kd(trained, who);
+    if (student) student_buffers();
+    trained_compute(trained);
+    trained_comm(trained, who);
   }
-  int peak = 0;
-  for (int k = 1; k < 4; ++k)
-    if (p.phase_bytes[k] > p.phase_bytes[peak]) peak = k;
-  p.peak_phase = 1u << peak;
-  p.total_bytes = p.always_bytes + p.phase_bytes[peak];
-  p.device_bytes = hw.memory_bytes;
-  p.usable_bytes = hw.memory_bytes * hw.usable_fraction - o.reserve_bytes;
-  p.fits = p.total_bytes <= p.usable_bytes;
-  p.has_interconnect = hw.interconnect.present();
-  // DP communication overlaps the trained model's backward (Megatron overlap_grad_reduce);
-  // TP and EP collectives sit on the critical path.
-  const double dp_exposed = std::max(0.0, p.dp_comm_s - train_flops_s * 2.0 / 3.0);
-  p.step_s = p.compute_s + p.tp_comm_s + p.ep_comm_s + dp_exposed;
-  p.tokens_per_s = p.step_s > 0 ? tokens_step / p.step_s : 0;
+
+  // The per-GPU peak (always + the largest phase), whether it fits, and the step time.
+  void finish() {
+    add("communication buffers", buffers, "SP gathered sequence, EP all-to-all send/receive",
+        o.stage == PlanStage::Importance ? kForward : kForward | kBackward);
+    for (const auto& m : p.memory) {
+      if (m.phases == kAlways) p.always_bytes += m.bytes;
+      for (int k = 0; k < 4; ++k)
+        if (m.phases & (1u << k)) p.phase_bytes[k] += m.bytes;
+    }
+    int peak = 0;
+    for (int k = 1; k < 4; ++k)
+      if (p.phase_bytes[k] > p.phase_bytes[peak]) peak = k;
+    p.peak_phase = 1u << peak;
+    p.total_bytes = p.always_bytes + p.phase_bytes[peak];
+    p.device_bytes = hw.memory_bytes;
+    p.usable_bytes = hw.memory_bytes * hw.usable_fraction - o.reserve_bytes;
+    p.fits = p.total_bytes <= p.usable_bytes;
+    p.has_interconnect = hw.interconnect.present();
+    // DP communication overlaps the trained model's backward (Megatron overlap_grad_reduce);
+    // TP and EP collectives sit on the critical path.
+    const double dp_exposed = std::max(0.0, p.dp_comm_s - train_flops_s * 2.0 / 3.0);
+    p.step_s = p.compute_s + p.tp_comm_s + p.ep_comm_s + dp_exposed;
+    p.tokens_per_s = p.step_s > 0 ? tokens_step / p.step_s : 0;
+  }
+};
+
+}  // namespace
+
+Plan make_plan(const ArchSpec& teacher, const ArchSpec* student_in, const Cluster& cluster, const HardwareProfile& hw,
+               const PlanLayout& layout_in, const PlanOptions& o) {
+  if (o.stage == PlanStage::Distill && !student_in) throw InputError("--student", "(missing)", "the distill stage needs a student");
+  // The search's masked student is the teacher's architecture; importance has no student.
+  const ArchSpec* student = o.stage == PlanStage::Distill ? student_in : nullptr;
+  Plan p;
+  p.cluster = cluster;
+  p.options = o;
+  p.hardware_id = hw.id;
+  p.hardware_name = hw.name;
+  const PlanLayout L = resolve_layout(cluster, layout_in);
+  const int64_t gbs = global_batch(o, L);
+  p.grad_accum = gbs / (o.micro_batch * L.dp);
+  check_model(teacher, "teacher", L.tp, L.teacher_ep, L.etp, o);
+  if (student) check_model(*student, "student", L.tp, L.ep, L.etp, o);
+  p.layout = L;
+  p.edp = cluster.world() / (L.ep * L.etp);
+  p.teacher_edp = cluster.world() / (L.teacher_ep * L.etp);
+
+  PlanBuilder build(p, teacher, student, hw, gbs);
+  build.teacher_weights();
+  if (o.stage == PlanStage::Importance) build.importance();
+  else build.training();
+  build.finish();
   return p;
 }
 
