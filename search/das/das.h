@@ -13,6 +13,12 @@
 // budget on the differentiable cost model's expected value. At the end the logits are
 // discretized, every budget is checked on the exact cost model and repaired (units removed
 // where a budget is exceeded, given back where there is slack), and the student is pruned.
+//
+// This is the search's public header. Its parts, one file each in search/das/: constraints
+// (budgets, exact cost), space (the axis table, build_space), soft_cost (the expected cost and
+// the budgets' penalty), proxy (the cost-only quality proxy), masks (the masked teacher),
+// arch_params (the logits, Gumbel samples, their Adam), repair, kd (the masked model's KD),
+// report, and search.cpp (run_search: the three paths over those parts).
 #pragma once
 
 #include <mpi.h>
@@ -29,118 +35,12 @@
 #include "model/layers/observer.h"
 #include "search/budget.h"
 #include "search/costmodel/profiles.h"
+#include "search/das/constraints.h"
+#include "search/das/repair.h"
+#include "search/das/space.h"
 #include "search/importance/importance.h"
 
 namespace ac::search {
-
-// ---- budgets ------------------------------------------------------------------------------
-
-enum class Metric { Params, ActiveParams, Memory, Ttft, Tpot, Throughput };
-const char* metric_name(Metric m);  // params active_params memory_gb ttft_ms tpot_ms throughput
-
-// Absolute budgets (BudgetLimits: the same meaning as `minitron` gives them) and the same
-// budgets as ratios of the teacher's own value on the same target (0 = not given).
-struct SearchConstraints {
-  BudgetLimits absolute;
-  double params_ratio = 0, active_params_ratio = 0, memory_ratio = 0, ttft_ratio = 0, tpot_ratio = 0,
-         throughput_ratio = 0;
-  bool any() const;
-  bool needs_cost_model() const;
-};
-
-// One budget, resolved to an absolute value in the metric's base unit (parameters, bytes,
-// seconds, tokens/s).
-struct Budget {
-  Metric metric;
-  std::string option;   // the command-line option it came from ("--target-tpot-ratio")
-  double value = 0;     // the limit
-  double teacher = 0;   // the teacher's exact value
-  bool at_least = false;  // throughput: at least `value`
-};
-
-// The exact quantities a budget can bound, for one ArchSpec.
-struct ExactCost {
-  double params = 0, active_params = 0, memory_bytes = 0, ttft_s = 0, tpot_s = 0, throughput_tok_s = 0;
-  bool fits = true;     // with a target: the cost model's `fits`
-  std::string problem;  // why not
-  double get(Metric m) const;
-};
-ExactCost exact_cost(const model::ArchSpec& spec, const CostTarget* target);
-
-// Budgets of `c` for `teacher` (ratios times the teacher's exact value). Throws ac::InputError
-// naming the option when a ratio is not in (0, 1] (throughput: >= 1), or when a cost-model
-// budget has no target.
-std::vector<Budget> resolve_budgets(const SearchConstraints& c, const model::ArchSpec& teacher, const CostTarget* target);
-
-// Relative violation of one budget by value x: > 0 when exceeded (x / value - 1; throughput
-// 1 - x / value).
-double violation(const Budget& b, double x);
-
-// ---- the search space -----------------------------------------------------------------------
-
-// One categorical decision. Choices are ascending; the mask of choice c keeps the units whose
-// rank is below choices[c].
-struct Decision {
-  std::string axis;   // hidden | ffn | attn_heads | mamba | mamba_heads | moe | experts | expert_ffn | top_k | shared_ffn | latent
-  int layer = -1;     // -1: global (hidden)
-  std::vector<int64_t> choices;  // hidden, ffn: widths (ffn 0 = the MLP removed); attn_heads: heads
-                                 // per KV group (0 = attention removed); mamba, moe: 0 (removed) or 1;
-                                 // mamba_heads: Mamba heads per group (n_groups);
-                                 // experts: routed experts kept; expert_ffn: each expert's FFN width;
-                                 // top_k: routed experts per token; shared_ffn: the shared expert's
-                                 // FFN width; latent: a latent MoE's latent width
-  std::vector<int64_t> rank;     // per unit its importance rank (0 = most important; heads: within
-                                 // their KV group, Mamba heads within their group); one unit for
-                                 // mamba / moe; experts: per expert;
-                                 // expert_ffn: per neuron of every expert, [num_experts * expert_ffn]
-                                 // ranks within the expert (what prune keeps; empty without
-                                 // SpaceOptions::unit_ranks); top_k: the routing slots 0..k-1;
-                                 // shared_ffn: per shared-expert neuron; latent: per latent channel
-  int teacher_choice() const { return int(choices.size()) - 1; }
-  // The gradient of its logits is a partial sum over TP: its units are split over the TP ranks
-  // (FFN and shared-expert neurons, attention and Mamba heads; routed experts, so also the
-  // routing slots of their tokens and the latent channels they read and write).
-  bool sharded() const {
-    return axis == "ffn" || axis == "attn_heads" || axis == "mamba_heads" || axis == "experts" || axis == "expert_ffn" ||
-           axis == "top_k" || axis == "shared_ffn" || axis == "latent";
-  }
-};
-
-struct SpaceOptions {
-  // Axes searched: hidden ffn attn_heads mamba_heads skip experts expert_ffn top_k shared_ffn latent (empty: every one the
-  // engine serves). "skip" adds the choice 0 (sublayer removed) to per-layer decisions and the
-  // mamba / moe keep decisions. Experts and top-k are not searched under grouped routing.
-  std::vector<std::string> axes;
-  // Explicit choices per axis (absolute values; the teacher's value is added when missing):
-  // hidden=384,512 ffn=512,1024 attn_heads=1,2 (heads per KV group).
-  std::map<std::string, std::vector<int64_t>> choices;
-  double min_width = 0.25;  // default grid: engine-friendly multiples from this fraction up
-  int max_choices = 8;      // per decision, besides 0 (evenly thinned when the grid is longer)
-  int tp = 1;               // every choice must split over this TP size
-  // Rank every expert FFN neuron per expert for the KD search's masks. The cost-only search
-  // needs no ranks (and [experts x expert FFN] per layer is large for a 512-expert teacher).
-  bool unit_ranks = true;
-};
-
-struct SearchSpace {
-  model::ArchSpec teacher;
-  std::vector<Decision> decisions;
-  int hidden = -1;                                 // index of the hidden decision (-1: held)
-  std::vector<int> attn, ffn, mamba, mamba_heads, moe;  // per layer: its decision (-1: none / held)
-  std::vector<int> experts, expert_ffn, top_k, shared_ffn, latent;  // per MoE layer: its decision (-1: held)
-  std::vector<std::string> notes;                  // what is held and why
-  // The student of one pick (a choice index per decision).
-  model::ArchSpec spec(const std::vector<int>& pick) const;
-  std::vector<int> teacher_pick() const;
-  std::vector<int> smallest_pick() const;
-  nlohmann::json to_json() const;
-};
-
-// The decisions for `teacher` on `engine` (nullptr: every axis per layer). Unknown axes, an axis
-// the engine cannot vary per layer, and choices that do not split over TP (or exceed the teacher)
-// throw ac::InputError naming the option (--axes, --choices).
-SearchSpace build_space(const model::ArchSpec& teacher, const ImportanceScores& scores, const EngineProfile* engine,
-                        const SpaceOptions& options, const std::string& scores_source = "importance");
 
 // The search's expected cost of a distribution over the space (per decision, probabilities of
 // its choices): params, active params, memory bytes, TTFT s, TPOT s, throughput tokens/s, in
@@ -159,36 +59,6 @@ std::vector<double> expected_cost(const SearchSpace& space, const CostTarget& ta
 // teacher layer's active FFN width (shared / (shared + top-k x expert FFN); 0 without one).
 // Each factor is linear in one decision's probabilities, so this is the exact expectation.
 double quality_proxy(const SearchSpace& space, const std::vector<std::vector<double>>& probs, double experts_weight);
-
-// ---- discretize and repair ------------------------------------------------------------------
-
-struct RepairStep {
-  std::string action;  // "remove" | "give back"
-  int decision = 0;
-  int64_t from = 0, to = 0;
-  std::string what;    // "layers[3].ffn 1024 -> 768"
-};
-struct RepairResult {
-  std::vector<int> pick;
-  std::vector<RepairStep> steps;
-  ExactCost cost;
-  // The budget closest to its limit and how close (value / limit; throughput limit / value).
-  int binding = -1;
-  double binding_use = 0;
-  std::string slack_reason;  // when the binding budget is used below 95%: what stopped the give-back
-};
-
-// From `pick` (the argmax), removes units until every budget holds and the model fits, then gives
-// back while every budget still holds. Moves are one choice step of one decision; the one taken
-// costs the least log-probability under `log_probs` (per decision, [choices]) per unit of violation
-// removed (remove) or adds the most log-probability per unit of budget used (give back). Throws
-// std::runtime_error when no move can repair (cannot happen above the smallest pick).
-RepairResult repair(const SearchSpace& space, std::vector<int> pick, const std::vector<std::vector<double>>& log_probs,
-                    const std::vector<Budget>& budgets, const CostTarget* target);
-
-// Refuses (ac::InputError naming the option and the smallest reachable value) a budget the
-// smallest pick of the space does not meet, before any forward.
-void check_reachable(const SearchSpace& space, const std::vector<Budget>& budgets, const CostTarget* target);
 
 // ---- the masked teacher ---------------------------------------------------------------------
 
@@ -240,7 +110,7 @@ struct DasOptions {
   int64_t log_interval = 5, save_interval = 25;
   std::string scores_source = "importance";
   // Cost only (`search --cost-only`): no weights and no data. The teacher may be an ArchSpec JSON
-  // or config.json; the KD term is replaced by the stated quality proxy of quality_proxy() below
+  // or config.json; the KD term is replaced by the stated quality proxy of quality_proxy() above
   // (every sublayer as important as any other, every unit of a sublayer as any other), and the
   // candidates are scored by it. The result is <out>/arch.json and search_report.json, no student
   // checkpoint and no resumable state (it takes seconds). docs/scale.md.

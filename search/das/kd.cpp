@@ -1,0 +1,127 @@
+// The KD side of the search (search/das/kd.h).
+#include "search/das/kd.h"
+
+#include <algorithm>
+
+#include "checkpoint/convert.h"
+#include "checkpoint/model_state.h"
+#include "dist/device.h"
+#include "job/teacher.h"
+#include "job/token_data.h"
+
+namespace ac::search {
+
+MaskedKd::MaskedKd(const DasOptions& o, const SearchSpace& space, const std::string& teacher_path,
+                   const dist::ParallelLayout& layout, const job::RunDevice& rd)
+    : o_(o), space_(space), layout_(layout), dev_(rd.device) {
+  // The teacher's TP collectives take device tensors; the router's (host, float64) go over MPI.
+  tp_ = model::TpGroup{dist::make_device_communicator(layout.tp_mpi_comm(), rd.choice)};
+  teacher_ = job::load_frozen_teacher(teacher_path, tp_, rd.dtype);
+  teacher_->to(dev_);
+  // With --weights-lr: the masked model is a trainable copy of the teacher (loaded before the
+  // optimizer takes its fp32 masters); the teacher stays frozen and gives the KD targets.
+  if (o.weights_lr > 0) {
+    student_ = job::load_frozen_teacher(teacher_path, tp_, rd.dtype);
+    for (auto& p : student_->parameters()) p.requires_grad_(true);
+    student_->to(dev_);
+    distill::WeightOptimConfig wc;
+    wc.lr = o.weights_lr;
+    wc.min_lr = o.weights_lr / 10;
+    wc.steps = o.steps;
+    wc.warmup = std::min<int64_t>(10, o.steps / 10);
+    wc.weight_decay = 0;  // a search step, not pretraining: nothing pulls the teacher's weights toward 0
+    wopt_ = std::make_unique<distill::WeightOptimizer>(student_, std::vector<dist::OptimParam>{}, layout.dp(), &layout.tp(),
+                                                       layout.tp_size(), wc);
+  }
+  for (const auto& d : space.decisions) prefix_.push_back(prefix_matrix(d));
+  distill::ObjectiveConfig kd_cfg;
+  kd_cfg.kd.temperature = o.temperature;
+  kd_loss_ = std::make_unique<distill::DistillObjective>(*tp_.comm, space.teacher.vocab_size, kd_cfg);
+}
+
+distill::Forward MaskedKd::masked_forward(const std::vector<torch::Tensor>& y, const torch::Tensor& input) {
+  masks_.set(space_, prefix_, y, layout_.tp_rank(), layout_.tp_size(), dev_);
+  masked()->set_observer(&masks_);
+  const distill::Forward s = distill::forward_logits(masked(), input);
+  masked()->set_observer(nullptr);
+  return s;
+}
+
+torch::Tensor MaskedKd::gradient(int64_t step, const ArchParams::Sample& s, const ArchParams& params, data::DataLoader& loader,
+                                 const std::string& checkpoint_dir, double& mean_kd) {
+  // The batch, the teacher's logits, the masked teacher's.
+  const job::Batch batch = job::next_batch(loader, o_.micro_batch, o_.seq_len, dev_);
+  distill::Forward t;
+  {
+    torch::NoGradGuard ng;
+    teacher_->set_observer(nullptr);
+    t = distill::forward_logits(teacher_, batch.input);
+  }
+  const distill::Forward out = masked_forward(s.y, batch.input);
+  distill::LossParts parts;
+  torch::Tensor kd = (*kd_loss_)(out, t, batch.labels, parts);
+  kd.backward();
+  torch::Tensor g = s.theta.grad().clone();
+  // The weights: ZeRO-1 AdamW over DP (TP partial gradients reduced first).
+  if (wopt_) last_weights_ = wopt_->step(step, checkpoint_dir);
+  // Units split over TP: each rank saw its own; the rest is replicated and already whole.
+  if (layout_.tp_size() > 1) {
+    torch::Tensor part = g * params.tp_summed();
+    layout_.tp().all_reduce(part, dist::ReduceOp::Sum);
+    g = g * (1.0 - params.tp_summed()) + part;
+  }
+  const int64_t N = params.size();
+  torch::Tensor pack = torch::cat({g, torch::full({1}, parts.kd, torch::kFloat64)});
+  if (layout_.dp_size() > 1) layout_.dp().all_reduce(pack, dist::ReduceOp::Avg);
+  mean_kd = pack[N].item<double>();
+  return pack.narrow(0, 0, N).clone();
+}
+
+std::vector<double> MaskedKd::hard_kd(const std::vector<std::vector<int>>& picks, const std::shared_ptr<data::BlendedSampler>& cal,
+                                      int64_t batches) {
+  data::DataLoader cal_loader(cal, {o_.micro_batch, layout_.dp_rank(), layout_.dp_size()}, data::DataCursor::start(*cal));
+  torch::NoGradGuard ng;
+  std::vector<double> kd_sum(picks.size(), 0.0);
+  for (int64_t b = 0; b < batches; ++b) {
+    // The teacher's logits once per batch, then each candidate's.
+    const job::Batch batch = job::next_batch(cal_loader, o_.micro_batch, o_.seq_len, dev_);
+    const distill::Forward t = distill::forward_logits(teacher_, batch.input);
+    for (size_t c = 0; c < picks.size(); ++c) {
+      std::vector<torch::Tensor> y;
+      for (size_t d = 0; d < picks[c].size(); ++d) {
+        torch::Tensor h = torch::zeros({int64_t(space_.decisions[d].choices.size())}, torch::kFloat64);
+        h[picks[c][d]] = 1.0;
+        y.push_back(h);
+      }
+      const distill::Forward s = masked_forward(y, batch.input);
+      distill::LossParts parts;
+      (*kd_loss_)(s, t, batch.labels, parts);
+      kd_sum[c] += parts.kd;
+    }
+  }
+  torch::Tensor k = torch::tensor(kd_sum, torch::kFloat64);
+  if (layout_.dp_size() > 1) layout_.dp().all_reduce(k, dist::ReduceOp::Avg);
+  std::vector<double> kd(picks.size());
+  for (size_t c = 0; c < picks.size(); ++c) kd[c] = k[int64_t(c)].item<double>() / double(batches);
+  return kd;
+}
+
+void MaskedKd::add_weights(std::vector<checkpoint::ShardedTensor>& tensors, nlohmann::json& attributes) const {
+  if (!wopt_) return;
+  // The trained weights as a model checkpoint (its arch_spec is the teacher's): the student
+  // is pruned from the final one.
+  model::CausalLM student = student_;
+  for (auto& t : checkpoint::model_tensors(student, layout_.dp_rank() == 0, "model/", true)) tensors.push_back(std::move(t));
+  for (auto& t : wopt_->tensors()) tensors.push_back(std::move(t));
+  attributes[checkpoint::kArchSpecAttribute] = model::arch_to_json(space_.teacher);
+  attributes["optimizer"] = wopt_->attributes();
+  attributes["lr_schedule"] = wopt_->schedule_attributes();
+}
+
+void MaskedKd::restore_weights(const checkpoint::CheckpointReader& r) {
+  if (!wopt_) return;
+  checkpoint::load_model(student_, r);
+  wopt_->load(r);
+}
+
+}  // namespace ac::search

@@ -1,0 +1,71 @@
+// The KD side of the search: the frozen teacher (its logits are the KD targets), the model the
+// masks act on (the teacher itself, or with --weights-lr a trainable copy stepped by
+// distill::WeightOptimizer), the KD gradient of one architecture sample, and the hard-model KD
+// of candidate picks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "data/sampler.h"
+#include "dist/parallel_layout.h"
+#include "distill/objective.h"
+#include "distill/weight_optimizer.h"
+#include "job/device.h"
+#include "model/model.h"
+#include "search/das/arch_params.h"
+#include "search/das/das.h"
+#include "search/das/masks.h"
+
+namespace ac::search {
+
+class MaskedKd {
+ public:
+  // Loads the teacher (and with o.weights_lr > 0 its trainable copy and the weight optimizer)
+  // sharded over the layout's TP group on rd's device.
+  MaskedKd(const DasOptions& o, const SearchSpace& space, const std::string& teacher_path, const dist::ParallelLayout& layout,
+           const job::RunDevice& rd);
+
+  bool trains_weights() const { return bool(wopt_); }
+  const distill::WeightOptimizer* weights() const { return wopt_.get(); }
+  const distill::WeightOptimizer::Step& last_weight_step() const { return last_weights_; }
+
+  // The KD loss of sample `s` on the loader's next micro-batch and its gradient on the logits
+  // (whole over TP, averaged over DP; `mean_kd` the DP mean). With --weights-lr the weights take
+  // their step too (`checkpoint_dir` is named when they fail).
+  torch::Tensor gradient(int64_t step, const ArchParams::Sample& s, const ArchParams& params, data::DataLoader& loader,
+                         const std::string& checkpoint_dir, double& mean_kd);
+
+  // The hard-model KD loss of each pick (one-hot masks) on `batches` micro-batches of `cal`,
+  // averaged over the batches and DP.
+  std::vector<double> hard_kd(const std::vector<std::vector<int>>& picks, const std::shared_ptr<data::BlendedSampler>& cal,
+                              int64_t batches);
+
+  // The trainable copy and its optimizer in a search checkpoint, and back.
+  void add_weights(std::vector<checkpoint::ShardedTensor>& tensors, nlohmann::json& attributes) const;
+  void restore_weights(const checkpoint::CheckpointReader& r);
+
+ private:
+  model::CausalLM& masked() { return wopt_ ? student_ : teacher_; }
+  // The masked model's logits under the masks of per-decision weights y.
+  distill::Forward masked_forward(const std::vector<torch::Tensor>& y, const torch::Tensor& input);
+
+  const DasOptions& o_;
+  const SearchSpace& space_;
+  const dist::ParallelLayout& layout_;
+  torch::Device dev_;
+  model::TpGroup tp_;
+  model::CausalLM teacher_{nullptr}, student_{nullptr};
+  std::unique_ptr<distill::WeightOptimizer> wopt_;
+  std::unique_ptr<distill::DistillObjective> kd_loss_;
+  std::vector<torch::Tensor> prefix_;  // per decision prefix_matrix()
+  SearchMasks masks_;
+  distill::WeightOptimizer::Step last_weights_;
+};
+
+}  // namespace ac::search
