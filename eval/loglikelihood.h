@@ -1,7 +1,8 @@
 // Log-likelihood of continuations under a model: the forward pass behind the zero-shot tasks
 // (eval/tasks.h). Requests are sorted by length and batched, right-padded (the model is
 // causal, so padding after a row changes none of its positions), and the vocabulary
-// projection runs only at the positions that predict continuation tokens.
+// projection runs only at the positions that predict continuation tokens. Consecutive requests
+// with one context (a document's choices) run the context once and reuse its KV / Mamba state.
 #pragma once
 
 #include <torch/torch.h>
@@ -18,6 +19,7 @@ struct LoglikelihoodOptions {
   int64_t max_length = 0;        // positions the model takes; longer inputs lose their oldest tokens (lm-eval); 0: no limit
   int64_t batch_tokens = 4096;   // padded tokens per forward
   torch::Device device{torch::kCPU};
+  bool shared_context = true;    // a context shared by consecutive requests runs once
 };
 
 // One RequestScore per request (logprob, tokens, greedy; chars are left 0). Collective over

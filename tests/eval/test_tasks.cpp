@@ -212,5 +212,34 @@ TEST(Loglikelihood, BatchedEqualsOneRequestAtATime) {
   EXPECT_NEAR(t[0].logprob, score_loglikelihood(m, {e}, big)[0].logprob, 1e-5);
 }
 
+// A context shared by a document's choices, run once with its KV / Mamba state reused, gives
+// what scoring each request on its own gives (tiny hybrid model: attention and Mamba caches).
+TEST(Loglikelihood, SharedContextEqualsEachRequestOnItsOwn) {
+  torch::manual_seed(0);
+  const model::ArchSpec spec = model::load_arch(std::string(AC_SOURCE_DIR) + "/configs/models/tiny-teacher.json");
+  model::CausalLM m(spec, model::TpGroup{}, model::ModelOptions{torch::kFloat32});
+  m->init_weights(5);
+  m->eval();
+  std::vector<EncodedRequest> reqs;
+  for (int doc = 0; doc < 4; ++doc) {
+    std::vector<int64_t> ctx;
+    for (int k = 0; k < 3 + 17 * doc % 41; ++k) ctx.push_back((13 * doc + 29 * k + 1) % spec.vocab_size);
+    for (int c = 0; c < 3; ++c) {
+      EncodedRequest e{ctx, {}};
+      const int len = doc == 1 ? 1 : 1 + (c * 5 + doc) % 7;  // doc 1: one-token continuations only
+      for (int k = 0; k < len; ++k) e.continuation.push_back((97 * c + 31 * k + doc) % spec.vocab_size);
+      reqs.push_back(e);
+    }
+  }
+  LoglikelihoodOptions on, off;
+  off.shared_context = false;
+  const auto a = score_loglikelihood(m, reqs, on), b = score_loglikelihood(m, reqs, off);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_NEAR(a[i].logprob, b[i].logprob, 1e-4) << "request " << i;
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+    EXPECT_EQ(a[i].greedy, b[i].greedy);
+  }
+}
+
 }  // namespace
 }  // namespace ac::eval
