@@ -156,16 +156,22 @@ Task load_task(const std::string& tasks_dir, const std::string& name, const std:
   t.name = name;
   t.format = format;
   t.dir = dir.string();
+  const std::string cfg_path = (dir / "config.json").string();
   const nlohmann::json cfg = read_config(dir / "config.json");
-  const nlohmann::json tc = cfg.value("task_config", nlohmann::json::object());
-  t.primary_metric = tc.value("primary_metric", "acc_raw");
-  t.split = tc.value("split", "");
+  int64_t uncond_offset = INT64_MAX;  // absent or null (boolq, winogrande): no unconditional documents
+  try {
+    const nlohmann::json tc = cfg.value("task_config", nlohmann::json::object());
+    t.primary_metric = tc.value("primary_metric", "acc_raw");
+    t.split = tc.value("split", "");
+    const nlohmann::json mk = tc.value("metric_kwargs", nlohmann::json::object());
+    if (mk.contains("uncond_docid_offset") && mk["uncond_docid_offset"].is_number_integer())
+      uncond_offset = mk["uncond_docid_offset"].get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(cfg_path, "task_config", e.what());
+  }
   if (t.primary_metric != "acc_raw" && t.primary_metric != "acc_per_char" && t.primary_metric != "acc_per_token")
-    throw InputError((dir / "config.json").string(), "task_config.primary_metric",
+    throw InputError(cfg_path, "task_config.primary_metric",
                      "'" + t.primary_metric + "' is not scored here (acc_raw, acc_per_char, acc_per_token are)");
-  int64_t uncond_offset = INT64_MAX;
-  if (tc.contains("metric_kwargs") && tc["metric_kwargs"].contains("uncond_docid_offset"))
-    uncond_offset = tc["metric_kwargs"]["uncond_docid_offset"].get<int64_t>();
   const std::string path = (dir / "requests.jsonl.gz").string();
   std::vector<TaskRequest> rows;
   const std::vector<std::string> lines = read_gz_lines(path);

