@@ -12,16 +12,16 @@
 #include "dist/parallel_layout.h"
 #include "eval/evaluate.h"
 #include "eval/loglikelihood.h"
-#include "job/device.h"
-#include "job/teacher.h"
+#include "job/setup.h"
 
 namespace ac::eval {
 
 namespace {
 
-// The checkpoint at `path` on the device, after checking the tokenizer fits its vocabulary.
+// The checkpoint at `path`, frozen on the job's device and groups, after checking the tokenizer
+// fits its vocabulary.
 model::CausalLM load_scored_model(const std::string& path, const data::BpeTokenizer& tok, const std::string& tok_path,
-                                  const model::TpGroup& tp, const job::RunDevice& dev) {
+                                  const job::JobSetup& job) {
   const std::string resolved = checkpoint::resolve_checkpoint(path);
   {
     checkpoint::CheckpointReader reader(resolved);
@@ -30,9 +30,7 @@ model::CausalLM load_scored_model(const std::string& path, const data::BpeTokeni
       throw InputError(tok_path, "model.vocab", "has " + std::to_string(tok.vocab_size()) + " ids, the model " + resolved +
                                                     " only " + std::to_string(spec.vocab_size) + ": another tokenizer?");
   }
-  model::CausalLM m = job::load_frozen_teacher(resolved, tp, dev.dtype);
-  m->to(dev.device);
-  return m;
+  return job.frozen_teacher(resolved);
 }
 
 // This rank's share of a task: the requests of every dp-th document, with their indices.
@@ -97,10 +95,16 @@ TaskEvalResult evaluate_tasks(const TaskEvalConfig& cfg, MPI_Comm world,
   const std::optional<int64_t> eot = tok->default_eos_id();
   if (!eot) throw InputError(cfg.tokenizer, "added_tokens", "no end-of-text token (an empty context needs one)");
 
-  dist::ParallelLayout layout(world, {cfg.tp, 0, 0});
-  model::TpGroup tp{dist::make_device_communicator(layout.tp_mpi_comm(), dev.choice)};
+  job::SetupOptions so;
+  so.device = cfg.device;
+  so.dtype = cfg.dtype;
+  so.local_rank = cfg.local_rank;
+  so.tp = cfg.tp;
+  so.host_collectives = true;  // the DP sums are host doubles
+  const job::JobSetup job = job::make_job_setup(world, so, dev);
+  const dist::ParallelLayout& layout = *job.layout;
   auto score_all = [&](const std::string& path, bool is_teacher) {
-    model::CausalLM m = load_scored_model(path, *tok, cfg.tokenizer, tp, dev);
+    model::CausalLM m = load_scored_model(path, *tok, cfg.tokenizer, job);
     LoglikelihoodOptions opt;
     opt.max_length = m->spec().max_position_embeddings;
     opt.batch_tokens = cfg.batch_tokens;
