@@ -11,7 +11,7 @@
 #  - bad configs (unknown stage key, unknown section, an unreachable target, a teacher that does
 #    not exist) exit 2 naming it before any stage starts.
 source "$AC_SOURCE_DIR/tests/launcher/run_common.sh"
-rm -rf "$T/teacher" "$T/A" "$T/B" "$T/bad"* "$T"/*.cfg
+rm -rf "$T/teacher" "$T/A" "$T/A-back" "$T/B" "$T/bad"* "$T"/*.cfg
 make_teacher
 write_cfg "$T/run.cfg"
 RUN=(timeout 600 $MPIEXEC -n 2 "$AC_BIN" run --config "$T/run.cfg")
