@@ -39,6 +39,14 @@ std::vector<std::vector<int>> GridShape::edp_groups() const {
   return groups;
 }
 
+std::vector<std::vector<int>> GridShape::tp_ep_groups() const {
+  std::vector<std::vector<int>> groups(static_cast<size_t>(edp()));
+  for (int e = 0; e < edp(); ++e)
+    for (int t = 0; t < tp; ++t)
+      for (int q = 0; q < ep; ++q) groups[size_t(e)].push_back(rank(t, q + ep * e));
+  return groups;
+}
+
 GridShape resolve_grid(int world_size, const LayoutSpec& spec) {
   const std::string where = "layout";
   if (world_size < 1) throw InputError(where, "world", "world size must be >= 1, got " + std::to_string(world_size));
@@ -87,6 +95,7 @@ ParallelLayout::ParallelLayout(MPI_Comm world, const LayoutSpec& spec, const std
   const int ep_rank = grid_.ep_rank_of(world_rank_), edp_rank = grid_.edp_rank_of(world_rank_);
   MPI_Comm_split(world, tp_rank + grid_.tp * edp_rank, ep_rank, &ep_mpi_);
   MPI_Comm_split(world, tp_rank + grid_.tp * ep_rank, edp_rank, &edp_mpi_);
+  MPI_Comm_split(world, edp_rank, grid_.tp_ep_rank_of(world_rank_), &tp_ep_mpi_);
   // NCCL for a group of one would only cost a communicator (and need NCCL in the build):
   // the identity serves it, as the collectives of a group of one are.
   auto make = [&](MPI_Comm c, int size) {
@@ -114,6 +123,7 @@ ParallelLayout::~ParallelLayout() {
     if (dp_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&dp_mpi_);
     if (ep_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&ep_mpi_);
     if (edp_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&edp_mpi_);
+    if (tp_ep_mpi_ != MPI_COMM_NULL) MPI_Comm_free(&tp_ep_mpi_);
   }
 }
 

@@ -4,7 +4,9 @@
 // (EP) is folded onto the DP ranks as Megatron's MoE grid TP x EP x EDP does:
 //   dp_rank = ep_rank + ep_size * edp_rank
 // an EP group is EP consecutive DP ranks of one TP rank (they hold different experts), an
-// expert-DP group the DP ranks of one TP rank and one EP rank (they hold the same experts).
+// expert-DP group the DP ranks of one TP rank and one EP rank (they hold the same experts), and
+// a TP x EP group (Megatron's tp_ep group) the TP groups of one EP group, ranked
+// tp_rank x EP + ep_rank (the order of the whole experts' owners; MoE dispatch with SP).
 #pragma once
 
 #include <mpi.h>
@@ -33,10 +35,12 @@ struct GridShape {
   int dp_rank_of(int rank) const { return rank / tp; }
   int ep_rank_of(int rank) const { return dp_rank_of(rank) % ep; }
   int edp_rank_of(int rank) const { return dp_rank_of(rank) / ep; }
+  int tp_ep_rank_of(int rank) const { return tp_rank_of(rank) * ep + ep_rank_of(rank); }
   std::vector<std::vector<int>> tp_groups() const;   // ranks of each TP group
   std::vector<std::vector<int>> dp_groups() const;   // ranks of each DP group
   std::vector<std::vector<int>> ep_groups() const;   // ranks of each EP group
   std::vector<std::vector<int>> edp_groups() const;  // ranks of each expert-DP group
+  std::vector<std::vector<int>> tp_ep_groups() const;  // ranks of each TP x EP group, in its rank order
 };
 
 // Checks a layout against a world size; throws ac::InputError with the reason
@@ -74,11 +78,15 @@ class ParallelLayout {
   MPI_Comm dp_mpi_comm() const { return dp_mpi_; }
   MPI_Comm ep_mpi_comm() const { return ep_mpi_; }
   MPI_Comm edp_mpi_comm() const { return edp_mpi_; }
+  // The TP x EP group as an MPI communicator only (no collective object: only SP at ETP 1
+  // dispatches over it, on the model's backend; job::make_job_setup makes it then).
+  MPI_Comm tp_ep_mpi_comm() const { return tp_ep_mpi_; }
 
  private:
   GridShape grid_;
   int world_rank_ = 0;
-  MPI_Comm tp_mpi_ = MPI_COMM_NULL, dp_mpi_ = MPI_COMM_NULL, ep_mpi_ = MPI_COMM_NULL, edp_mpi_ = MPI_COMM_NULL;
+  MPI_Comm tp_mpi_ = MPI_COMM_NULL, dp_mpi_ = MPI_COMM_NULL, ep_mpi_ = MPI_COMM_NULL, edp_mpi_ = MPI_COMM_NULL,
+           tp_ep_mpi_ = MPI_COMM_NULL;
   std::shared_ptr<Communicator> tp_comm_, dp_comm_, ep_comm_, edp_comm_, world_comm_;
 };
 

@@ -29,6 +29,9 @@ JobSetup make_job_setup(MPI_Comm world, const SetupOptions& o, const RunDevice& 
   s.tp = model::TpGroup{dist::make_device_communicator(s.layout->tp_mpi_comm(), rd.choice), o.sequence_parallel};
   if (o.ep > 1) s.ep.comm = dist::make_device_communicator(s.layout->ep_mpi_comm(), rd.choice);
   s.ep.expert_tp = o.etp > 1;
+  // SP with whole experts over TP x EP dispatches over the joint group (the TP group at EP 1).
+  if (o.sequence_parallel && o.etp == 1 && o.ep > 1)
+    s.ep.tp_ep = dist::make_device_communicator(s.layout->tp_ep_mpi_comm(), rd.choice);
   s.layout_json = layout_json(*s.layout, rd, o.etp);
   s.layout_json["sequence_parallel"] = o.sequence_parallel;
   return s;

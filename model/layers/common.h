@@ -34,6 +34,11 @@ struct EpGroup {
   // holds experts [r E/t, (r+1) E/t)) or each expert's FFN width (true: Megatron's expert
   // tensor parallelism with ETP = TP; every TP rank holds a slice of the same experts).
   bool expert_tp = false;
+  // With sequence parallelism and whole experts (expert_tp false) at TP > 1: the joint TP x EP
+  // group (Megatron's tp_ep group), ranked TP rank x EP + EP rank as the experts' owners are,
+  // over which each rank dispatches its sequence slice's routed copies. Null at EP 1, where the
+  // TP group is that group; unused otherwise.
+  std::shared_ptr<dist::Communicator> tp_ep;
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }
 };

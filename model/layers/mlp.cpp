@@ -116,6 +116,10 @@ MoeImpl::MoeImpl(const MoeSpec& spec, int64_t hidden, const TpGroup& tp, torch::
     local_experts_ = spec.num_experts / (int64_t(tp.size()) * ep.size());
     expert_start_ = (int64_t(tp.rank()) * ep.size() + ep.rank()) * local_experts_;
     expert_ffn_local_ = spec.expert_ffn;
+    if (tp.sp() && ep.size() > 1 &&
+        (!ep.tp_ep || ep.tp_ep->size() != tp.size() * ep.size() || ep.tp_ep->rank() != tp.rank() * ep.size() + ep.rank()))
+      throw std::invalid_argument(where + ": sequence parallelism with whole experts over TP x EP needs EpGroup::tp_ep, "
+                                          "the TP x EP group ranked TP rank x EP + EP rank");
   }
   gate = register_module("gate", Router(spec.num_experts, hidden, spec.router == RouterKind::SigmoidBias));
   const int64_t in = spec.latent_size > 0 ? spec.latent_size : hidden;
@@ -327,28 +331,40 @@ torch::Tensor routed_sequence_parallel(const torch::Tensor& h, const torch::Tens
 
 }  // namespace
 
+dist::Communicator& MoeImpl::tp_ep_comm() const { return ep_.tp_ep ? *ep_.tp_ep : *tp_.comm; }
+
+torch::Tensor MoeImpl::forward_sequence_parallel(const torch::Tensor& x0) {
+  auto x = x0.reshape({-1, hidden_});
+  auto [idx, w] = route(x);
+  auto h = fc1_latent_proj ? apply_linear(x, fc1_latent_proj->weight) : x;
+  torch::Tensor acc;
+  if (ep_.expert_tp) {
+    const ExpertWeights ew = split_experts();
+    acc = routed_sequence_parallel(h, idx, w, spec_.num_experts, local_experts_, *tp_.comm, ep_.comm.get(),
+                                   [&](int64_t l, const torch::Tensor& rows) { return run_expert(ew, l, rows); });
+  } else {
+    // Whole experts: rank j of the TP x EP group holds experts [j L, (j + 1) L) (expert_start_),
+    // so one all-to-all over it sends each of the slice's copies to its expert (Megatron's
+    // alltoall dispatcher over tp_ep at ETP 1) and brings the outputs back.
+    acc = routed_expert_parallel(h, idx, w, tp_ep_comm(), 0);
+  }
+  auto y = acc.to(x.scalar_type());
+  if (fc2_latent_proj) y = apply_linear(y, fc2_latent_proj->weight);
+  y = y.view(x0.sizes());
+  if (shared_experts) {
+    const auto xin = tp_region_input(x0, tp_);
+    y = y + tp_region_output(shared_experts->forward_partial(xin.reshape({-1, hidden_})).view(xin.sizes()), tp_);
+  }
+  return y;
+}
+
 torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   if (observe.observer && (ep_.size() > 1 || (ep_.expert_tp && tp_.size() > 1)))
     throw std::logic_error("MoE observers (importance, search) need EP 1 and whole experts per rank");
-  if (tp_.sp() && ep_.expert_tp) {
-    // SP with ETP = TP (Megatron's layout): router, latent projections and the routed
-    // experts' dispatch on this rank's sequence slice; the shared expert is a TP region like
-    // the MLP's.
-    auto x = x0.reshape({-1, hidden_});
-    auto [idx, w] = route(x);
-    auto h = fc1_latent_proj ? apply_linear(x, fc1_latent_proj->weight) : x;
-    const ExpertWeights ew = split_experts();
-    auto y = routed_sequence_parallel(h, idx, w, spec_.num_experts, local_experts_, *tp_.comm, ep_.comm.get(),
-                                      [&](int64_t l, const torch::Tensor& rows) { return run_expert(ew, l, rows); })
-                 .to(x.scalar_type());
-    if (fc2_latent_proj) y = apply_linear(y, fc2_latent_proj->weight);
-    y = y.view(x0.sizes());
-    if (shared_experts) {
-      const auto xin = tp_region_input(x0, tp_);
-      y = y + tp_region_output(shared_experts->forward_partial(xin.reshape({-1, hidden_})).view(xin.sizes()), tp_);
-    }
-    return y;
-  }
+  // With SP the block dispatches from the sequence slice (Megatron's layout, ETP 1 or TP);
+  // an observer (the search's masks, at EP 1 and ETP 1) sees it as a TP region on the gathered
+  // sequence, as without SP, since its per-expert hooks describe this rank's whole tokens.
+  if (tp_.sp() && !observe.observer) return forward_sequence_parallel(x0);
   // The region input (with SP: the gathered sequence). Every path below yields this rank's
   // partial sum of the output: gradients to it are reduced over TP.
   const auto xin = tp_region_input(x0, tp_);
@@ -363,7 +379,8 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   bool ran_local = false;
   torch::Tensor acc;
   if (ep_.size() > 1) {
-    acc = routed_expert_parallel(h, idx, w);
+    // This TP rank's experts, spread over the EP group (all of them when TP splits FFN widths).
+    acc = routed_expert_parallel(h, idx, w, *ep_.comm, ep_.expert_tp ? 0 : int64_t(tp_.rank()) * local_experts_ * ep_.size());
     ran_local = true;  // every rank took part in the all-to-alls, whose backward reaches x
   } else {
     acc = torch::zeros({h.size(0), h.size(1)}, h.options().dtype(torch::kFloat32));
@@ -406,14 +423,12 @@ torch::Tensor MoeImpl::forward(const torch::Tensor& x0) {
   return tp_region_output(y.view(shape), tp_);
 }
 
-torch::Tensor MoeImpl::routed_expert_parallel(const torch::Tensor& h, const torch::Tensor& idx, const torch::Tensor& w) {
-  const int P = ep_.size();
-  const int64_t k = spec_.top_k, L = local_experts_, E = spec_.num_experts;
-  // This TP rank's experts, spread over the EP group (all of them when TP splits FFN widths).
-  const int64_t first = ep_.expert_tp ? 0 : int64_t(tp_.rank()) * L * P;
-  auto& comm = *ep_.comm;
-  // Copies sorted by expert: those of this TP rank's experts are contiguous and already in
-  // the order of the EP ranks that hold them (Megatron's permute).
+torch::Tensor MoeImpl::routed_expert_parallel(const torch::Tensor& h, const torch::Tensor& idx, const torch::Tensor& w,
+                                              dist::Communicator& comm, int64_t first) {
+  const int P = comm.size();
+  const int64_t k = idx.size(1), L = local_experts_, E = spec_.num_experts;
+  // Copies sorted by expert: those of the experts [first, first + L P) are contiguous and
+  // already in the order of the ranks that hold them (Megatron's permute).
   auto flat = idx.reshape({-1});
   auto order = flat.argsort();
   auto counts = torch::bincount(flat, {}, E).cpu();
@@ -427,7 +442,7 @@ torch::Tensor MoeImpl::routed_expert_parallel(const torch::Tensor& h, const torc
   for (auto n : send) n_send += n;
   auto sel = order.narrow(0, offset, n_send);
   auto tok = sel.div(k, "floor");
-  // Each EP rank learns how many copies of each of its experts every peer sends.
+  // Each rank learns how many copies of each of its experts every peer sends.
   torch::Tensor pe_send = torch::tensor(per_expert, torch::kLong).to(h.device()), pe_recv = torch::empty_like(pe_send);
   const std::vector<int64_t> Ls(size_t(P), L);
   comm.all_to_all(pe_recv, pe_send, Ls, Ls);

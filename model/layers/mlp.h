@@ -79,9 +79,16 @@ class MoeImpl : public torch::nn::Module {
   ObserverSlot observe;  // sees routed experts and the latent (shared_experts has its own slot)
 
  private:
-  // The routed experts' partial sum [tokens, in] (fp32) at EP > 1: token copies for this TP
-  // rank's experts go to the EP rank that holds them and their outputs come back.
-  torch::Tensor routed_expert_parallel(const torch::Tensor& h, const torch::Tensor& idx, const torch::Tensor& w);
+  // The routed experts' sum [tokens, in] (fp32) over the experts [first, first + L x comm's
+  // size) held L per rank of `comm` in rank order: each token copy for them goes to its
+  // expert's rank and its output comes back (at EP > 1 without SP: this TP rank's experts
+  // over EP, a partial sum; with SP at ETP 1: all experts over TP x EP, the whole sum).
+  torch::Tensor routed_expert_parallel(const torch::Tensor& h, const torch::Tensor& idx, const torch::Tensor& w,
+                                       dist::Communicator& comm, int64_t first);
+  // With SP: router, latent projections and the token dispatch on this rank's sequence slice
+  // x [batch, T/TP, hidden]; the shared expert a TP region. The layer's output slice.
+  torch::Tensor forward_sequence_parallel(const torch::Tensor& x);
+  dist::Communicator& tp_ep_comm() const;  // the joint TP x EP group (SP at ETP 1)
   struct ExpertWeights {
     std::vector<torch::Tensor> ups, downs, gates;
   };

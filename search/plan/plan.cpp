@@ -210,9 +210,15 @@ double alltoall_seconds(double bytes, const GroupPlace& g, int gpn, const Hardwa
   return bytes * (f_intra / ic.intra_node_bandwidth + f_inter / ic.inter_node_bandwidth) / ic.efficiency;
 }
 
-int sublayers_with_tp(const ArchSpec& a) {  // blocks that gather/scatter the sequence under SP
-  int n = 2;                                // embedding, LM head
-  for (const auto& l : a.layers) n += int(bool(l.attention)) + int(bool(l.mamba)) + int(bool(l.mlp)) + int(bool(l.moe));
+// Blocks that gather/scatter the sequence under SP (all-reduce their output without). With
+// `dispatch_from_slice` (SP, no observer: the trainer's MoE at any ETP) the routed experts take
+// their tokens from the sequence slice (all-to-all, priced apart), so a MoE block is a TP region
+// only through its shared expert.
+int sublayers_with_tp(const ArchSpec& a, bool dispatch_from_slice) {
+  int n = 2;  // embedding, LM head
+  for (const auto& l : a.layers)
+    n += int(bool(l.attention)) + int(bool(l.mamba)) + int(bool(l.mlp)) +
+         int(l.moe && (!dispatch_from_slice || l.moe->shared_ffn > 0));
   return n;
 }
 
@@ -463,8 +469,10 @@ struct PlanBuilder {
     else if (group == "EP") p.ep_comm_s += c.seconds;
     else p.dp_comm_s += c.seconds;
   }
-  double tp_volume(const ArchSpec& a, double passes) const {
-    return passes * p.grad_accum * sublayers_with_tp(a) * 2.0 * (tp - 1) / tp * (2 * sb * double(a.hidden_size));
+  // masked: the search's masked model, whose MoE observers see it as a TP region under SP too.
+  double tp_volume(const ArchSpec& a, double passes, bool masked = false) const {
+    const bool from_slice = o.sequence_parallel && tp > 1 && !masked;
+    return passes * p.grad_accum * sublayers_with_tp(a, from_slice) * 2.0 * (tp - 1) / tp * (2 * sb * double(a.hidden_size));
   }
   void ep_volumes(const ArchSpec& a, int ep, double passes, const std::string& who) {
     double a2a = 0, etp_bytes = 0;
@@ -588,7 +596,7 @@ struct PlanBuilder {
   void trained_comm(const ArchSpec& trained, const std::string& who) {
     const double passes = 2 + (o.recompute == Recompute::Full ? 1 : 0);
     add_comm("all-gather + reduce-scatter (SP) / all-reduce", "TP", who + " layer inputs and outputs", g_tp,
-             tp_volume(trained, passes), false);
+             tp_volume(trained, passes, /*masked=*/student == nullptr), false);
     add_comm("all-gather + reduce-scatter (SP) / all-reduce", "TP", "teacher layer inputs and outputs", g_tp,
              tp_volume(teacher, 1), false);
     add_comm("all-reduce", "TP", "KD loss row max and exp-sums (fp32)", g_tp,

@@ -57,6 +57,10 @@ TEST(Layout, ExpertParallelGroupsFoldedOntoDp) {
   EXPECT_EQ(g.edp_rank_of(10), 1); // tp 0, dp 5
   EXPECT_EQ(g.ep_groups(), (std::vector<std::vector<int>>{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
   EXPECT_EQ(g.edp_groups(), (std::vector<std::vector<int>>{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  // TP x EP groups in the order of the whole experts' owners: TP rank x EP + EP rank.
+  EXPECT_EQ(g.tp_ep_groups(), (std::vector<std::vector<int>>{{0, 2, 4, 6, 1, 3, 5, 7}, {8, 10, 12, 14, 9, 11, 13, 15}}));
+  for (const auto& grp : g.tp_ep_groups())
+    for (size_t i = 0; i < grp.size(); ++i) EXPECT_EQ(g.tp_ep_rank_of(grp[i]), int(i)) << grp[i];
   EXPECT_NE(refusal(8, {2, 0, 0, 3}).find("ep: expert-parallel size 3 does not divide the data-parallel size 4"),
             std::string::npos);
   EXPECT_NE(refusal(4, {1, 0, 0, 0}).find("expert-parallel size must be >= 1"), std::string::npos);

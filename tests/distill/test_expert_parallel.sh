@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Expert parallelism in the trainer at 4 ranks (issue 20): a MoE teacher pretrained at EP 2, a
-# MoE student distilled at EP 1, EP 2 (x expert DP 2) and TP 2 x EP 2 with the experts' FFN
-# over TP (ETP 2): the same losses and gradient norms within fp32 reduction order. Checkpoints
+# MoE student distilled at EP 1, EP 2 (x expert DP 2), TP 2 x EP 2 with the experts' FFN
+# over TP (ETP 2) and with whole experts (ETP 1, without and with sequence parallelism): the
+# same losses and gradient norms within fp32 reduction order. Checkpoints
 # stay logical: EP 2's step 3 resumes at EP 1 and EP 4, EP 1's at EP 2 (with full activation
 # recomputation), and each continuation equals the uninterrupted run. plan's per-GPU memory for EP 2 matches the measured peak.
 # Bad layouts exit 2 on every rank before any model is built, leaving no checkpoint.
@@ -43,9 +44,17 @@ run ep_1
 run ep_2 --ep 2
 same ep_1 ep_2 || fail "EP 2 differs from EP 1"
 # TP 2 x DP 2 with 2 micro-steps (the same global batch as DP 4), experts' FFN over TP: plan's
-# default ETP = TP (TP 2 x EP 2 with whole experts is in model_ep4).
+# default ETP = TP.
 run ep_etp --tp 2 --ep 2 --etp 2 --grad-accum 2
 same ep_1 ep_etp || fail "TP 2 x EP 2, ETP 2 differs from EP 1"
+# TP 2 x EP 2 with whole experts (ETP 1), without and with SP (teacher and student dispatch
+# from the sequence slice over the joint TP x EP group; issue 34): each equals EP 1.
+run ep_tp --tp 2 --ep 2 --grad-accum 2
+same ep_1 ep_tp || fail "TP 2 x EP 2, ETP 1 differs from EP 1"
+run ep_tp_sp --tp 2 --ep 2 --grad-accum 2 --sequence-parallel
+grep -q "sequence parallel" "$T/ep_tp_sp.log" || { cat "$T/ep_tp_sp.log"; fail "no SP in the header"; }
+same ep_tp ep_tp_sp || fail "TP 2 x EP 2, ETP 1: SP differs from the same layout without it"
+same ep_1 ep_tp_sp || fail "TP 2 x EP 2, ETP 1 with SP differs from EP 1"
 $CMP "$T/ep_1/metrics.jsonl" --decreasing kd_loss || fail "KD loss did not fall"
 
 # Resume across EP layouts from step 3 (the run's own metrics up to there, as after a stop).

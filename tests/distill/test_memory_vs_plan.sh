@@ -11,7 +11,8 @@
 #  - an MoE student (4 experts) at TP 2 x EP 2 (issue 34): with Megatron's layout (ETP 2, SP:
 #    the token dispatch from the sequence slice) against plan's --ep 2 --etp 2, and with whole
 #    experts over TP x EP (ETP 1, no SP) against plan's --ep 2 --etp 1 --no-sequence-parallel,
-#    each within 15%.
+#    and with whole experts and SP (the dispatch from the slice over TP x EP) against plan's
+#    --ep 4 --etp 1 (plan's EP is the trainer's TP x EP at ETP 1), each within 15%.
 source "$AC_SOURCE_DIR/tests/distill/train_common.sh"
 make_data
 rm -rf "$T"/teacher "$T"/s* "$T"/*.json
@@ -59,11 +60,12 @@ measure s2 s2 128 "" ""
 measure s1sp s1 64 --sequence-parallel ""
 measure moe_sp moe 64 "--ep 2 --etp 2 --sequence-parallel" "--ep 2 --etp 2"
 measure moe_etp1 moe 64 "--ep 2 --etp 1" "--ep 2 --etp 1 --no-sequence-parallel"
+measure moe_etp1_sp moe 64 "--ep 2 --etp 1 --sequence-parallel" "--ep 4 --etp 1"
 $PY - "$T" <<'PYEOF' || fail "plan vs measured"
 import json, sys
 T = sys.argv[1]
 res = {}
-for s in ("s1", "s2", "s1sp", "moe_sp", "moe_etp1"):
+for s in ("s1", "s2", "s1sp", "moe_sp", "moe_etp1", "moe_etp1_sp"):
     lines = [json.loads(l) for l in open(f"{T}/{s}/metrics.jsonl") if "peak_tensor_bytes" in l]
     assert len(lines) == 2, lines
     measured = max(l["peak_tensor_bytes"] for l in lines)  # steps 1-2, the optimizer states allocated before

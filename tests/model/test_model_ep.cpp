@@ -56,7 +56,7 @@ void check_ep_equals_ep1(const ArchSpec& spec, const EpLayout& L, uint64_t seed,
   const int tp = L.tp, ep = L.ep;
   ac::dist::ParallelLayout layout(MPI_COMM_WORLD, {tp, 0, 0, ep});
   TpGroup tpg{ac::dist::make_mpi_communicator(layout.tp_mpi_comm())};
-  EpGroup epg{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), L.expert_tp};
+  EpGroup epg{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), L.expert_tp, nullptr};
   CausalLM one(spec), many(spec, tpg, ModelOptions{torch::kFloat32, epg});
   one->init_weights(seed);
   many->init_weights(seed);
@@ -151,7 +151,7 @@ TEST(Ep, NoGradForwardEqualsEp1) {
   const int ep = world_size();
   ac::dist::ParallelLayout layout(MPI_COMM_WORLD, {1, 0, 0, ep});
   const auto spec = fixture_spec("nemotron_h_latent");
-  CausalLM one(spec), many(spec, TpGroup{}, ModelOptions{torch::kFloat32, EpGroup{ac::dist::make_mpi_communicator(layout.ep_mpi_comm())}});
+  CausalLM one(spec), many(spec, TpGroup{}, ModelOptions{torch::kFloat32, EpGroup{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), false, nullptr}});
   one->init_weights(3);
   many->init_weights(3);
   torch::NoGradGuard ng;
@@ -199,7 +199,7 @@ TEST(Ep, RecomputedLayersGiveTheSameGradients) {
   for (const auto& L : layouts()) {
     ac::dist::ParallelLayout layout(MPI_COMM_WORLD, {L.tp, 0, 0, L.ep});
     TpGroup tpg{ac::dist::make_mpi_communicator(layout.tp_mpi_comm())};
-    EpGroup epg{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), L.expert_tp};
+    EpGroup epg{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), L.expert_tp, nullptr};
     const auto spec = fixture_spec("nemotron_h_latent");
     CausalLM a(spec, tpg, ModelOptions{torch::kFloat32, epg}), b(spec, tpg, ModelOptions{torch::kFloat32, epg});
     a->init_weights(21);

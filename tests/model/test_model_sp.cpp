@@ -83,7 +83,8 @@ void check_sp(const ArchSpec& spec, const Layout& L, uint64_t seed, bool recompu
   ac::dist::ParallelLayout layout(MPI_COMM_WORLD, {L.tp, 0, 0, L.ep});
   auto tp_comm = ac::dist::make_mpi_communicator(layout.tp_mpi_comm());
   TpGroup plain{tp_comm}, sp{tp_comm, /*sequence_parallel=*/true};
-  EpGroup epg{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), L.expert_tp};
+  EpGroup epg{ac::dist::make_mpi_communicator(layout.ep_mpi_comm()), L.expert_tp,
+              ac::dist::make_mpi_communicator(layout.tp_ep_mpi_comm())};
   CausalLM one(spec), ref(spec, plain, ModelOptions{torch::kFloat32, epg}), par(spec, sp, ModelOptions{torch::kFloat32, epg});
   for (CausalLM* m : {&one, &ref, &par}) (*m)->init_weights(seed);
   const int dp = layout.dp_size();
@@ -289,20 +290,25 @@ double wire_bytes(const CommBytes& b, int n) {
          double(n - 1) * double(b.all_gather);
 }
 
-// One forward + backward of `spec` on this rank's batch with the TP (and EP) groups wrapped in
-// byte counters; returns {TP bytes, EP bytes}.
-std::pair<CommBytes, CommBytes> count_step(const ArchSpec& spec, const Layout& L, bool sequence_parallel) {
+// One forward + backward of `spec` on this rank's batch [kB, kT] with the TP, EP and TP x EP
+// groups wrapped in byte counters.
+constexpr int64_t kB = 2, kT = 16;
+struct StepBytes {
+  CommBytes tp, ep, tp_ep;
+};
+StepBytes count_step(const ArchSpec& spec, const Layout& L, bool sequence_parallel) {
   ac::dist::ParallelLayout layout(MPI_COMM_WORLD, {L.tp, 0, 0, L.ep});
   auto tpc = std::make_shared<CountingCommunicator>(ac::dist::make_mpi_communicator(layout.tp_mpi_comm()));
   auto epc = std::make_shared<CountingCommunicator>(ac::dist::make_mpi_communicator(layout.ep_mpi_comm()));
+  auto tpepc = std::make_shared<CountingCommunicator>(ac::dist::make_mpi_communicator(layout.tp_ep_mpi_comm()));
   CausalLM m(spec, TpGroup{tpc, sequence_parallel},
-             ModelOptions{torch::kFloat32, L.ep > 1 ? EpGroup{epc, L.expert_tp} : EpGroup{nullptr, L.expert_tp}});
+             ModelOptions{torch::kFloat32, L.ep > 1 ? EpGroup{epc, L.expert_tp, tpepc} : EpGroup{nullptr, L.expert_tp, nullptr}});
   m->init_weights(61);
   torch::manual_seed(7 + layout.dp_rank());
-  auto ids = torch::randint(0, spec.vocab_size, {2, 16});
+  auto ids = torch::randint(0, spec.vocab_size, {kB, kT});
   auto logits = m->gather_logits(m->logits_local(m->hidden_states(ids)));
   torch::nn::functional::cross_entropy(logits.reshape({-1, spec.vocab_size}), ids.reshape({-1})).backward();
-  return {tpc->bytes, epc->bytes};
+  return {tpc->bytes, epc->bytes, tpepc->bytes};
 }
 
 int64_t world_sum(int64_t v) {
@@ -320,24 +326,50 @@ TEST(Sp, TpCollectivesCarryTheSameBytesAsAllReduces) {
     if (l.moe) l.moe.reset(), l.mlp = MlpSpec{128, MlpActivation::ReLU2, false};
   for (const auto& spec : {fixture_spec("llama"), hybrid}) {
     const Layout L{2, 1, false};
-    const auto plain = count_step(spec, L, false).first, sp = count_step(spec, L, true).first;
+    const auto plain = count_step(spec, L, false).tp, sp = count_step(spec, L, true).tp;
     EXPECT_EQ(sp.all_reduce, 0) << spec.name;
     EXPECT_GT(plain.all_reduce, 0) << spec.name;
     EXPECT_DOUBLE_EQ(wire_bytes(sp, 2), wire_bytes(plain, 2)) << spec.name;
   }
 }
 
-// EP volume with ETP = TP (Megatron's layout): with SP each TP rank dispatches only its
-// sequence slice's routed copies, so the all-to-all rows (dispatch and combine, forward and
-// backward) over the world drop by exactly TP.
-TEST(Sp, ExpertAllToAllVolumeDropsByTp) {
+// EP volume with SP (Megatron's layouts). ETP = TP: each TP rank dispatches only its sequence
+// slice's routed copies, so the all-to-all rows (dispatch and combine, forward and backward)
+// over the world drop by exactly TP. ETP 1: without SP each TP rank already dispatches, over
+// EP, only the copies of its batch that its own experts take (1/TP of them, as routing falls);
+// with SP every rank dispatches over TP x EP its slice's copies, B (T/TP) k rows, which is
+// plan's per-GPU volume: the world's all-to-all bytes are those of the run without SP (every
+// copy once either way) and equal plan's 4 x B (T/TP) k x width per rank (dispatch + combine,
+// forward + backward). What SP saves there: no MoE block without a shared expert is a TP
+// region any more, so the TP bytes drop by those blocks' all-reduces (forward output,
+// backward input gradient), and the router and latent work and activations by TP.
+TEST(Sp, ExpertAllToAllVolumeFromTheSlice) {
   if (world_size() != 4) GTEST_SKIP() << "needs 4 ranks (TP 2 x EP 2)";
   for (const char* name : {"qwen3_moe", "nemotron_h_latent"}) {
     const auto spec = fixture_spec(name);
     const Layout L{2, 2, true};
-    const int64_t plain = world_sum(count_step(spec, L, false).second.all_to_all_rows);
-    const int64_t sp = world_sum(count_step(spec, L, true).second.all_to_all_rows);
+    const int64_t plain = world_sum(count_step(spec, L, false).ep.all_to_all_rows);
+    const int64_t sp = world_sum(count_step(spec, L, true).ep.all_to_all_rows);
     EXPECT_GT(sp, 0) << name;
     EXPECT_EQ(plain, 2 * sp) << name;
+  }
+  for (const char* name : {"qwen3_moe", "nemotron_h_latent"}) {
+    const auto spec = fixture_spec(name);
+    const Layout L{2, 2, false};
+    const StepBytes plain = count_step(spec, L, false), sp = count_step(spec, L, true);
+    int64_t slice_rows = 0, tp_region_bytes = 0;  // per rank and step: all-to-all bytes of a slice; MoE all-reduces
+    for (const auto& l : spec.layers) {
+      if (!l.moe) continue;
+      const int64_t width = l.moe->latent_size > 0 ? l.moe->latent_size : spec.hidden_size;
+      slice_rows += 4 * kB * (kT / L.tp) * l.moe->top_k * width * 4;  // dispatch + combine, forward + backward, fp32
+      if (l.moe->shared_ffn == 0) tp_region_bytes += 2 * kB * kT * spec.hidden_size * 4;
+    }
+    EXPECT_EQ(sp.ep.all_to_all_rows + plain.tp_ep.all_to_all_rows, 0) << name;  // each layout uses one group
+    EXPECT_EQ(world_sum(sp.tp_ep.all_to_all_rows), world_size() * slice_rows) << name;
+    EXPECT_EQ(world_sum(plain.ep.all_to_all_rows), world_sum(sp.tp_ep.all_to_all_rows)) << name;  // every copy once
+    EXPECT_DOUBLE_EQ(wire_bytes(sp.tp, L.tp), wire_bytes(plain.tp, L.tp) - 2.0 * (L.tp - 1) / L.tp * tp_region_bytes) << name;
+    if (std::string(name) == "qwen3_moe") {
+      EXPECT_GT(tp_region_bytes, 0);
+    }
   }
 }

@@ -211,6 +211,40 @@ TEST(Plan, StepTimeIsFlopsOverPeakTimesEfficiencyPlusCommunication) {
   EXPECT_NEAR(tp_bytes, 3 * (2 * 4 + 2) * 2 * 7.0 / 8 * sbh2 + 2 * 7.0 / 8 * 16 * 512, 1);
 }
 
+// With SP the trainer's routed experts take their tokens from the sequence slice (ETP 1: one
+// all-to-all over TP x EP, which plan's EP is; ETP = TP: over EP, then gathered over ETP), so a
+// MoE block without a shared expert moves nothing over TP and the all-to-all sends each GPU's
+// slice's copies, s b k / t (the trainer's counts: Sp.ExpertAllToAllVolumeFromTheSlice).
+TEST(Plan, SequenceParallelMoeDispatchesFromTheSlice) {
+  ArchSpec m = dense_model(4, 1024, 16, 32000);
+  for (auto& l : m.layers) {
+    l.mlp.reset();
+    ac::model::MoeSpec e;
+    e.num_experts = 8, e.top_k = 2, e.expert_ffn = 512;
+    l.moe = e;
+  }
+  auto bytes = [](const Plan& p, const std::string& group, const std::string& what) {
+    double v = 0;
+    for (const auto& c : p.comm)
+      if (c.group == group && c.what == what) v += c.bytes_per_step;
+    return v;
+  };
+  PlanOptions o;
+  o.seq_len = 512;
+  o.recompute = Recompute::None;
+  PlanOptions no_sp = o;
+  no_sp.sequence_parallel = false;
+  const Plan sp = plan_at(m, m, "1x8xh100", 2, 1, o, 4, 1), plain = plan_at(m, m, "1x8xh100", 2, 1, no_sp, 4, 1);
+  const double block = 2 * 1.0 / 2 * 2 * 512 * 1024;  // one block, one pass: 2 (t - 1) / t x 2 s b h
+  EXPECT_NEAR(bytes(plain, "TP", "student layer inputs and outputs"), 2 * (2 + 4 + 4) * block, 1);
+  EXPECT_NEAR(bytes(sp, "TP", "student layer inputs and outputs"), 2 * (2 + 4) * block, 1);  // attention, embedding, head
+  // dispatch + combine per layer per pass (forward, backward) of 512 / 2 tokens x 2 copies, bf16, over EP 4
+  EXPECT_NEAR(bytes(sp, "EP", "student routed tokens"), 4 * 2 * 2 * (512 / 2 * 2) * 1024 * 2 * 3.0 / 4, 1);
+  // a shared expert keeps its TP region
+  for (auto& l : m.layers) l.moe->shared_ffn = 256;
+  EXPECT_NEAR(bytes(plan_at(m, m, "1x8xh100", 2, 1, o, 4, 1), "TP", "student layer inputs and outputs"), 2 * (2 + 4 + 4) * block, 1);
+}
+
 // ---- input checks --------------------------------------------------------------------------
 TEST(Plan, ClusterStringsAndBadLayoutsNameTheField) {
   EXPECT_EQ(parse_cluster("8x8xh100").world(), 64);
