@@ -50,10 +50,6 @@ for d, _, files in os.walk(sys.argv[1]):
             if not os.path.isfile(os.path.join(d, step)): print(f"{p}: names {step!r}, which is missing")
 PYEOF
 }
-# live SID: the processes of the killed run, zombies aside. The whole session (run_bg's setsid) is
-# killed: mpirun puts each rank in a process group of its own, so killing the group alone left
-# the ranks running until they noticed mpirun was gone.
-live() { ps -e -o pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ {print $1}' | tr '\n' ' ' | sed 's/ $//'; }
 ok=0
 for trial in $(seq 1 "$n"); do
   d="$T/B$trial"; rm -rf "$d"
@@ -63,16 +59,9 @@ for trial in $(seq 1 "$n"); do
   stage=$(grep -o 'stage [0-9]*/[0-9]* [a-z-]*: [a-z]*' "$T/B$trial-killed.log" | tail -n1 | awk '{print $3}' | tr -d :)
   # A's duration is one sample on a shared machine: a kill drawn late can come after the end.
   grep -q '^\[run\] finished' "$T/B$trial-killed.log" && stage="none: the run had finished"
-  for _ in $(seq 1 50); do
-    pids=$(live "$BG")
-    [ -n "$pids" ] || break
-    kill -KILL $pids 2>/dev/null || true
-    sleep 0.1
-  done
-  wait "$BG" 2>/dev/null || true
   problems=()
-  pids=$(live "$BG")
-  [ -z "$pids" ] || problems+=("processes outlived SIGKILL for 5 s: $pids")
+  # The whole session (kill_session, tests/distill/train_common.sh), not the process group.
+  kill_session "$BG" || problems+=("processes outlived SIGKILL for 5 s: $SURVIVORS")
   bad=$(torn "$d")
   [ -z "$bad" ] || problems+=("torn after the kill: $bad")
   t1=$(date +%s)

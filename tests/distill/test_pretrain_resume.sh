@@ -18,7 +18,7 @@ $PY -c "import h5py,sys; f=h5py.File('$T/a/checkpoints/step_12.h5'); assert 'opt
 kill_at=$((4 + RANDOM % 6))
 run_bg "$T/b.log" $RUN --out "$T/b"
 wait_step "$T/b/metrics.jsonl" "$kill_at" 120
-kill -9 -- -"$BG" 2>/dev/null; wait "$BG" 2>/dev/null
+kill_session "$BG" || fail "processes outlived SIGKILL for 5 s: $SURVIVORS"
 echo "killed at step >= $kill_at"
 timeout 300 $RUN --out "$T/b" >"$T/b2.log" 2>&1 || { cat "$T/b2.log"; fail "resume after SIGKILL"; }
 grep -q "resumed from" "$T/b2.log" || { cat "$T/b2.log"; fail "did not resume"; }

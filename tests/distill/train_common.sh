@@ -12,11 +12,29 @@ make_data() {
 }
 # Small, fast, f32 (bitwise comparisons), logging every step.
 TRAIN_COMMON="--data $T/fortunes --seq-len 32 --micro-batch 2 --lr 2e-3 --min-lr 2e-4 --warmup 2 --log-interval 1 --eval-iters 2 --dtype f32"
-# run_bg LOG CMD...: starts CMD in the background (its own process group), sets $BG.
+# run_bg LOG CMD...: starts CMD in the background (a session of its own, $BG its id), sets $BG.
 run_bg() {
   local log=$1; shift
   setsid "$@" >"$log" 2>&1 &
   BG=$!
+}
+# session_pids SID: the live processes of session SID (zombies aside), space-separated.
+session_pids() { ps -e -o pid=,sid=,stat= | awk -v s="$1" '$2 == s && $3 !~ /^Z/ {print $1}' | tr '\n' ' ' | sed 's/ $//'; }
+# kill_session SID: SIGKILLs every process of run_bg's session SID at once, as a node failure
+# would (mpirun puts each rank in a process group of its own: killing the group, -$BG, left
+# the ranks running until they noticed mpirun was gone), again every 0.1 s for 5 s for what
+# was still starting, then reaps it. Fails, naming them in $SURVIVORS, when any outlived that.
+kill_session() {
+  local i pids
+  for ((i = 0; i < 50; i++)); do
+    pids=$(session_pids "$1")
+    [ -n "$pids" ] || break
+    kill -KILL $pids 2>/dev/null || true
+    sleep 0.1
+  done
+  wait "$1" 2>/dev/null || true
+  SURVIVORS=$(session_pids "$1")
+  [ -z "$SURVIVORS" ]
 }
 # wait_step FILE STEP SECONDS: waits until metrics FILE has a training record at STEP or later.
 wait_step() {

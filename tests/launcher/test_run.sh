@@ -6,7 +6,8 @@
 #    the exact cost model and, imported back, gives the distilled checkpoint's eval loss;
 #  - the same command again skips every stage; changing distill.steps reruns distill and what
 #    follows, not importance or the searches;
-#  - SIGKILL during the search and again during distillation: rerunning the same command
+#  - SIGKILL of every process of the run (its session) during the search and again during
+#    distillation: nothing outlives it; rerunning the same command
 #    finishes, skips the stages already done, and ends with the same eval loss (bitwise);
 #  - bad configs (unknown stage key, unknown section, an unreachable target, a teacher that does
 #    not exist, EP or sequence parallelism the layout cannot run) exit 2 naming it before any
@@ -86,14 +87,15 @@ $PY -c "import json,sys; m=[json.loads(l) for l in open(sys.argv[1])]; assert ma
   "$T/A/distill-autocompress/metrics.jsonl" || fail "distill did not run 14 steps"
 
 # ---- SIGKILL during the search, then during distillation; the rerun finishes with the same loss
-kill_when() {  # kill_when FILE: start run B, SIGKILL its process group once FILE exists (plus a random delay)
+# Every process of run B (mpirun, both ranks, a stage's shell step) is SIGKILLed at once, and
+# none may outlive the kill (kill_session, tests/distill/train_common.sh).
+kill_when() {  # kill_when FILE: start run B, SIGKILL its session once FILE exists (plus a random delay)
   run_bg "$T/B.log" "${RUN[@]}" --out "$T/B"
   local i
   for ((i = 0; i < 3000; i++)); do [ -e "$1" ] && break; kill -0 "$BG" 2>/dev/null || break; sleep 0.1; done
   [ -e "$1" ] || { cat "$T/B.log"; fail "run B never wrote $1"; }
   sleep "0.$((RANDOM % 10))"
-  kill -KILL -- -"$BG" 2>/dev/null
-  wait "$BG" 2>/dev/null
+  kill_session "$BG" || fail "processes of run B outlived SIGKILL for 5 s: $SURVIVORS"
   cat "$T/B.log" >>"$T/B-all.log"
 }
 kill_when "$T/B/search/search/latest"
