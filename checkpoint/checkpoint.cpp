@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +27,7 @@
 #endif
 #include "checkpoint/attributes.h"
 #include "checkpoint/checksum_policy.h"
+#include "checkpoint/checksums.h"
 #include "checkpoint/hdf5_util.h"
 #include "dist/error.h"
 #include "dist/file_io.h"
@@ -57,19 +57,6 @@ void wait_for_staging(const std::set<int>& staged) {
   for (int device : staged) torch::cuda::synchronize(device);
 }
 
-// CRC32 (zlib) of a contiguous tensor's bytes.
-uint64_t crc32_of(const torch::Tensor& t) {
-  const auto* bytes = static_cast<const Bytef*>(t.data_ptr());
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (int64_t left = t.numel() * t.element_size(); left > 0;) {
-    const uInt n = static_cast<uInt>(std::min<int64_t>(left, int64_t(1) << 30));
-    crc = crc32(crc, bytes, n);
-    bytes += n;
-    left -= n;
-  }
-  return crc;
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -83,6 +70,12 @@ struct DatasetPlan {
   torch::ScalarType dtype = torch::kFloat;
   int64_t rounds = 0;  // collective H5Dwrite calls: the most pieces any rank writes
 };
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
 
 // One contiguous piece this rank writes into a dataset (one crc32_slices entry), in
 // collective rounds of up to `sub_rows` rows each.
@@ -248,8 +241,7 @@ std::vector<DatasetPlan> plan_datasets(MPI_Comm comm, const std::vector<ShardedT
       const std::string name = e[0].get<std::string>();
       if (!e[3].get<bool>() || first_writer.at({name, e[4].dump() + e[5].dump()}) != int(r)) continue;
       const auto shape = e[5].get<std::vector<int64_t>>();
-      int64_t numel = 1;
-      for (auto d : shape) numel *= d;
+      const int64_t numel = numel_of(shape);
       if (numel == 0) continue;
       const int64_t bytes = numel * static_cast<int64_t>(c10::elementSize(static_cast<torch::ScalarType>(e[2].get<int>())));
       const int64_t pieces =
@@ -346,22 +338,27 @@ struct Laps {
   }
 };
 
-// The CRC32s of this rank's pieces, computed on a second thread while the pieces are written
-// (both only read the tensors), in the order of the plans and their items. `to_sum` must
-// outlive the future.
-std::future<std::vector<uint64_t>> start_checksums(const std::vector<DatasetPlan>& plans,
-                                                   const std::map<std::string, std::vector<WriteItem>>& items,
-                                                   bool checksums, std::vector<torch::Tensor>& to_sum) {
+// The crc32_slices entries of this rank's pieces (slice and tile CRC32s), computed on a second
+// thread while the pieces are written (both only read the tensors), in the order of the plans
+// and their items. `to_sum` must outlive the future.
+struct ToSum {
+  const WriteItem* item;
+  int64_t dataset_bytes;
+};
+std::future<std::vector<nlohmann::json>> start_checksums(const std::vector<DatasetPlan>& plans,
+                                                         const std::map<std::string, std::vector<WriteItem>>& items,
+                                                         bool checksums, std::vector<ToSum>& to_sum) {
   if (checksums)
     for (const DatasetPlan& p : plans) {
       auto it = items.find(p.name);
       if (it != items.end())
-        for (const WriteItem& item : it->second) to_sum.push_back(item.data);
+        for (const WriteItem& item : it->second)
+          to_sum.push_back({&item, numel_of(p.shape) * int64_t(c10::elementSize(p.dtype))});
     }
   return std::async(std::launch::async, [&to_sum] {
-    std::vector<uint64_t> out;
+    std::vector<nlohmann::json> out;
     out.reserve(to_sum.size());
-    for (const auto& t : to_sum) out.push_back(crc32_of(t));
+    for (const auto& t : to_sum) out.push_back(slice_checksums(t.item->offset, t.item->data, t.dataset_bytes));
     return out;
   });
 }
@@ -453,20 +450,33 @@ void write_dataset(const SaveFile& f, const fs::path& tmp_path, const DatasetPla
   }
 }
 
-// This rank's CRC32s by dataset: [{offset, shape, crc32}] per piece (`sums` in plan order).
+// This rank's crc32_slices entries by dataset, one per piece (`sums` in plan order).
 nlohmann::json checksums_json(const std::vector<DatasetPlan>& plans, const std::map<std::string, std::vector<WriteItem>>& items,
-                              const std::vector<uint64_t>& sums) {
+                              std::vector<nlohmann::json> sums) {
   nlohmann::json checksums = nlohmann::json::object();
   size_t next = 0;
   for (const DatasetPlan& p : plans) {
     auto it = items.find(p.name);
     if (it == items.end() || it->second.empty()) continue;
     nlohmann::json my_sums = nlohmann::json::array();
-    for (const WriteItem& item : it->second)
-      my_sums.push_back({{"offset", item.offset}, {"shape", item.data.sizes().vec()}, {"crc32", sums.at(next++)}});
+    for (size_t k = 0; k < it->second.size(); ++k) my_sums.push_back(std::move(sums.at(next++)));
     checksums[p.name] = my_sums;
   }
   return checksums;
+}
+
+// A dataset's crc32_slices text. An attribute lives in the dataset's object header, whose
+// messages HDF5 limits to 64 KiB: past kMaxChecksumText (thousands of slices) the tile CRCs are
+// left out, and partial reads of those slices go unchecked, as in files from before them.
+constexpr size_t kMaxChecksumText = 60000;
+std::string crc32_slices_text(nlohmann::json slices) {
+  std::string text = slices.dump();
+  if (text.size() <= kMaxChecksumText) return text;
+  for (auto& s : slices) {
+    s.erase("tile");
+    s.erase("tile_crc32");
+  }
+  return slices.dump();
 }
 
 // Root attributes and each dataset's crc32_slices (collective: identical arguments on every rank).
@@ -490,7 +500,7 @@ void write_root_attributes(MPI_Comm comm, hid_t file, int64_t step, const nlohma
       if (r.contains(p.name))
         for (const auto& s : r[p.name]) slices.push_back(s);
     Handle dset(H5Dopen2(file, p.name.c_str(), H5P_DEFAULT), H5Dclose);
-    h5::write_string_attr(dset, "crc32_slices", slices.dump());
+    h5::write_string_attr(dset, "crc32_slices", crc32_slices_text(std::move(slices)));
   }
 }
 
@@ -573,8 +583,8 @@ std::string save_checkpoint(MPI_Comm comm, const std::string& dir, int64_t step,
   });
   lap(&tm.plan);
 
-  std::vector<torch::Tensor> to_sum;
-  std::future<std::vector<uint64_t>> sums_future = start_checksums(plans, items, opt.checksums, to_sum);
+  std::vector<ToSum> to_sum;
+  std::future<std::vector<nlohmann::json>> sums_future = start_checksums(plans, items, opt.checksums, to_sum);
   std::string error;
   try {
     SaveFile f = create_save_file(comm, tmp_path, opt.alignment);
@@ -703,9 +713,7 @@ namespace {
 // tensors use the normal allocator.
 torch::Tensor empty_for_read(const std::vector<int64_t>& shape, torch::Dtype dtype) {
   constexpr size_t kHuge = size_t(2) << 20;
-  int64_t numel = 1;
-  for (int64_t s : shape) numel *= s;
-  const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  const size_t bytes = static_cast<size_t>(numel_of(shape)) * c10::elementSize(dtype);
   if (bytes < 4 * kHuge) return torch::empty(shape, torch::TensorOptions().dtype(dtype));
   const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
   void* p = std::aligned_alloc(kHuge, rounded);
@@ -720,61 +728,62 @@ torch::Tensor empty_for_read(const std::vector<int64_t>& shape, torch::Dtype dty
 torch::Tensor CheckpointReader::read(const std::string& name, std::vector<int64_t> offset,
                                      std::vector<int64_t> count) const {
   const DatasetInfo& di = info(name);
+  const Box want = region(di, std::move(offset), std::move(count));
+  if (!check_checksums_ || numel_of(want.shape) == 0) return read_unchecked(di, want);
+  const std::vector<CrcSlice> slices = stored_checksums(di);
+  if (slices.empty()) return read_unchecked(di, want);  // no crc32_slices: verify() reports it; loading may go on
+  // The tiled slices' blocks that `want` touches are read whole and checked, so a rank that
+  // reads part of a slice (another TP size than the writer's) checks every byte it uses.
+  const CheckedRead plan = plan_checked_read(slices, want);
+  torch::Tensor got = read_unchecked(di, plan.span);
+  if (const auto bad = first_bad_block(got, plan.span, plan.blocks))
+    throw InputError(path_, name, "checksum mismatch in the block at offset " + shape_str(bad->box.offset) + " of shape " +
+                                      shape_str(bad->box.shape) +
+                                      ": the file is corrupt (`autocompress checkpoint verify` lists every bad slice)");
+  return plan.span == want ? got : crop(got, plan.span, want).contiguous();
+}
+
+Box CheckpointReader::region(const DatasetInfo& di, std::vector<int64_t> offset, std::vector<int64_t> count) const {
   if (offset.empty()) offset.assign(di.shape.size(), 0);
   if (count.empty()) {
     count = di.shape;
     for (size_t d = 0; d < count.size() && d < offset.size(); ++d) count[d] -= offset[d];
   }
-  torch::Tensor out = read_unchecked(name, offset, count);
-  if (!check_checksums_ || out.numel() == 0) return out;
-  Handle d(check(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), path_ + ": dataset " + name), H5Dclose);
-  if (!h5::has_attr(d, "crc32_slices")) return out;  // verify() reports it; loading may go on
+  if (offset.size() != di.shape.size() || count.size() != di.shape.size())
+    throw InputError(path_, di.name, "slice rank does not match the dataset's " + shape_str(di.shape));
+  for (size_t d = 0; d < di.shape.size(); ++d)
+    if (offset[d] < 0 || count[d] < 0 || offset[d] > di.shape[d] || count[d] > di.shape[d] - offset[d])
+      throw InputError(path_, di.name, "slice " + shape_str(offset) + " + " + shape_str(count) + " outside " +
+                                           shape_str(di.shape));
+  return {std::move(offset), std::move(count)};
+}
+
+std::vector<CrcSlice> CheckpointReader::stored_checksums(const DatasetInfo& di) const {
+  Handle d(check(H5Dopen2(file_, di.name.c_str(), H5P_DEFAULT), path_ + ": dataset " + di.name), H5Dclose);
+  if (!h5::has_attr(d, "crc32_slices")) return {};
   try {
-    for (const CrcSlice& s : parse_crc32_slices(h5::read_string_attr(d, "crc32_slices", path_), di.shape, path_, name)) {
-      bool inside = true;  // parse_crc32_slices checked the slice against the dataset: no overflow
-      for (size_t k = 0; k < s.offset.size(); ++k)
-        inside = inside && s.offset[k] >= offset[k] && s.offset[k] + s.shape[k] <= offset[k] + count[k];
-      if (!inside) continue;
-      torch::Tensor part = out;
-      for (size_t k = 0; k < s.offset.size(); ++k) part = part.narrow(int64_t(k), s.offset[k] - offset[k], s.shape[k]);
-      if (crc32_of(part.contiguous()) != s.crc32)
-        throw InputError(path_, name, "checksum mismatch in slice at offset " + shape_str(s.offset) +
-                                          ": the file is corrupt (`autocompress checkpoint verify` lists every bad slice)");
-    }
+    return parse_crc32_slices(h5::read_string_attr(d, "crc32_slices", path_), di.shape, path_, di.name);
   } catch (const InputError&) {
     throw;
   } catch (const std::exception& e) {
-    throw InputError(path_, name + ": crc32_slices", std::string("malformed: ") + e.what());
+    throw InputError(path_, di.name + ": crc32_slices", std::string("malformed: ") + e.what());
   }
-  return out;
 }
 
-torch::Tensor CheckpointReader::read_unchecked(const std::string& name, std::vector<int64_t> offset,
-                                               std::vector<int64_t> count) const {
-  const DatasetInfo& di = info(name);
+torch::Tensor CheckpointReader::read_unchecked(const DatasetInfo& di, const Box& box) const {
+  const std::string& name = di.name;
   const std::string ctx = path_ + ": dataset " + name;
-  if (offset.empty()) offset.assign(di.shape.size(), 0);
-  if (count.empty()) {
-    count = di.shape;
-    for (size_t d = 0; d < count.size(); ++d) count[d] -= offset[d];
-  }
-  if (offset.size() != di.shape.size() || count.size() != di.shape.size())
-    throw InputError(path_, name, "slice rank does not match the dataset's " + shape_str(di.shape));
-  for (size_t d = 0; d < di.shape.size(); ++d)
-    if (offset[d] < 0 || count[d] < 0 || offset[d] + count[d] > di.shape[d])
-      throw InputError(path_, name, "slice " + shape_str(offset) + " + " + shape_str(count) + " outside " +
-                                        shape_str(di.shape));
   Handle d(check(H5Dopen2(file_, name.c_str(), H5P_DEFAULT), ctx), H5Dclose);
   Handle ty(H5Dget_type(d), H5Tclose);
   const auto dtype = h5::torch_type(ty, ctx);
-  torch::Tensor out = empty_for_read(count, dtype);
+  torch::Tensor out = empty_for_read(box.shape, dtype);
   if (out.numel() == 0) return out;
   Handle fsel(H5Dget_space(d), H5Sclose);
   Handle msel;
   if (di.shape.empty()) {
     msel = Handle(H5Screate(H5S_SCALAR), H5Sclose);
   } else {
-    std::vector<hsize_t> s(offset.begin(), offset.end()), c(count.begin(), count.end());
+    std::vector<hsize_t> s(box.offset.begin(), box.offset.end()), c(box.shape.begin(), box.shape.end());
     H5Sselect_hyperslab(fsel, H5S_SELECT_SET, s.data(), nullptr, c.data(), nullptr);
     msel = Handle(H5Screate_simple(static_cast<int>(c.size()), c.data(), nullptr), H5Sclose);
   }
@@ -798,24 +807,37 @@ std::vector<std::string> CheckpointReader::verify(bool checksums) const {
   std::vector<std::string> problems;
   for (const auto& di : datasets_) {
     try {
+      const Box all = region(di, {}, {});
       Handle d(check(H5Dopen2(file_, di.name.c_str(), H5P_DEFAULT), path_ + ": dataset " + di.name), H5Dclose);
       if (checksums && !h5::has_attr(d, "crc32_slices")) {
         problems.push_back(path_ + ": dataset " + di.name + ": no crc32_slices attribute: its checksums cannot be checked");
-        read_unchecked(di.name, {}, {});
+        read_unchecked(di, all);
       } else if (checksums) {
-        for (const CrcSlice& s : parse_crc32_slices(h5::read_string_attr(d, "crc32_slices", path_), di.shape, path_, di.name)) {
-          torch::Tensor t = read_unchecked(di.name, s.offset, s.shape);
-          if (crc32_of(t) != s.crc32)
-            problems.push_back(path_ + ": dataset " + di.name + ": checksum mismatch in slice at offset " + shape_str(s.offset));
-        }
+        for (const CrcSlice& s : stored_checksums(di))
+          if (auto p = slice_problem(di, s)) problems.push_back(*p);
       } else {
-        read_unchecked(di.name, {}, {});
+        read_unchecked(di, all);
       }
     } catch (const std::exception& e) {
       problems.push_back(e.what());
     }
   }
   return problems;
+}
+
+std::optional<std::string> CheckpointReader::slice_problem(const DatasetInfo& di, const CrcSlice& s) const {
+  const Box box{s.offset, s.shape};
+  const torch::Tensor t = read_unchecked(di, box);
+  const std::string where = path_ + ": dataset " + di.name + ": ";
+  std::optional<CrcBlock> bad;
+  if (s.tiled) bad = first_bad_block(t, box, tile_blocks(s, box));
+  if (crc32_of(t) != s.crc32)
+    return where + "checksum mismatch in slice at offset " + shape_str(s.offset) +
+           (bad ? " (first bad block at offset " + shape_str(bad->box.offset) + ")" : std::string());
+  if (bad)  // the data match the slice's CRC, not a block's: the tile CRCs were altered
+    return where + "checksum mismatch in the tile CRC32 of the block at offset " + shape_str(bad->box.offset) +
+           " of slice at offset " + shape_str(s.offset);
+  return std::nullopt;
 }
 
 }  // namespace ac::checkpoint

@@ -9,8 +9,11 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "checkpoint/attributes.h"
 
 namespace ac::checkpoint {
 
@@ -100,8 +103,10 @@ class CheckpointReader {
   const DatasetInfo& info(const std::string& name) const;  // throws InputError naming file + dataset
 
   // The hyperslab [offset, offset + count) in the stored dtype. Empty offset/count: all.
-  // Every stored CRC32 slice that lies inside the hyperslab is checked (InputError on a
-  // mismatch) unless set_check_checksums(false); slices only partly read are not.
+  // Unless set_check_checksums(false), the stored CRC32s of what it reads are checked
+  // (InputError naming file, dataset and block on a mismatch): the blocks of each slice's tile
+  // grid that the hyperslab touches (read whole for that), and in files written before tile
+  // CRCs, the slices that lie inside the hyperslab (a slice only partly read is not checked).
   torch::Tensor read(const std::string& name, std::vector<int64_t> offset = {}, std::vector<int64_t> count = {}) const;
   // Reads the slice that `out` covers at `offset`, checking that the dataset has
   // `expected_global_shape` (when given); converts to out's dtype.
@@ -116,7 +121,10 @@ class CheckpointReader {
   void set_check_checksums(bool on) { check_checksums_ = on; }
 
  private:
-  torch::Tensor read_unchecked(const std::string& name, std::vector<int64_t> offset, std::vector<int64_t> count) const;
+  Box region(const DatasetInfo& di, std::vector<int64_t> offset, std::vector<int64_t> count) const;  // checked
+  std::vector<CrcSlice> stored_checksums(const DatasetInfo& di) const;  // empty without crc32_slices
+  torch::Tensor read_unchecked(const DatasetInfo& di, const Box& box) const;
+  std::optional<std::string> slice_problem(const DatasetInfo& di, const CrcSlice& s) const;  // for verify()
   bool check_checksums_ = true;
   std::string path_;
   long long file_ = -1;  // hid_t

@@ -1,14 +1,13 @@
 // Hugging Face import and deployment exports (see convert.h).
 #include "checkpoint/convert.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "checkpoint/checksums.h"
 #include "checkpoint/hdf5_util.h"
 #include "checkpoint/model_state.h"
 #include "dist/communicator.h"
@@ -194,12 +193,7 @@ std::string model_fingerprint(const CheckpointReader& reader, const std::string&
     if (h5::has_attr(ds, "crc32_slices")) {
       f.text(h5::read_string_attr(ds, "crc32_slices", reader.path() + ": dataset " + d.name));
     } else {  // no stored checksums: hash the data itself (CRC32 of the stored bytes)
-      const torch::Tensor t = reader.read(d.name).contiguous();
-      const auto* p = static_cast<const Bytef*>(t.data_ptr());
-      uLong crc = crc32(0L, Z_NULL, 0);
-      for (int64_t off = 0, n = t.numel() * int64_t(t.element_size()); off < n; off += int64_t(1) << 30)
-        crc = crc32(crc, p + off, uInt(std::min<int64_t>(n - off, int64_t(1) << 30)));
-      f.text("data:" + std::to_string(crc));
+      f.text("data:" + std::to_string(crc32_of(reader.read(d.name))));
     }
   }
   char hex[17];

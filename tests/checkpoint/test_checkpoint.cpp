@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checksums.h"
 #include "checkpoint/hdf5_util.h"
 #include "dist/error.h"
 #include "tests/mpi_world.h"
@@ -265,6 +266,95 @@ TEST_F(BadFiles, FlippedByteIsCaughtByChecksums) {
   EXPECT_NE(msg.find("flipped.h5: model/Float.rows: checksum mismatch"), std::string::npos) << msg;
   r.set_check_checksums(false);
   EXPECT_NO_THROW(r.read("model/Float.rows"));
+}
+
+// Flips one bit of the element at `index` (row-major) of a float32 dataset, in the file.
+void flip_bit(const std::string& path, const std::string& dataset, int64_t index) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  const haddr_t where = H5Dget_offset(d) + haddr_t(index) * 4 + 1;
+  H5Dclose(d);
+  H5Fclose(f);
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(where));
+  char c = 0;
+  io.read(&c, 1);
+  c ^= 0x10;
+  io.seekp(static_cast<std::streamoff>(where));
+  io.write(&c, 1);
+}
+
+// Rewrites a dataset's crc32_slices without its tile CRCs, as files from before them were.
+void drop_tile_crcs(const std::string& path, const std::string& dataset) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  nlohmann::json slices = nlohmann::json::parse(h5::read_string_attr(d, "crc32_slices", path));
+  for (auto& s : slices) {
+    s.erase("tile");
+    s.erase("tile_crc32");
+  }
+  H5Adelete(d, "crc32_slices");
+  h5::write_string_attr(d, "crc32_slices", slices.dump());
+  H5Dclose(d);
+  H5Fclose(f);
+}
+
+// A rank that reads part of a slice (a load at another TP size than the writer's) checks the
+// blocks of the slice's tile grid that it touches, and only those. [256, 96] f32 (96 KiB):
+// blocks of [64, 48] (at most 16 KiB) at every world size; rows written by every rank.
+TEST(Checkpoint, PartialReadsCheckTheBlocksTheyTouch) {
+  World w;
+  const std::string dir = scratch("tiles");
+  torch::manual_seed(11);
+  const torch::Tensor full = torch::randn({256, 96});
+  const int64_t r = 256 / w.size;
+  const std::string path = save_checkpoint(MPI_COMM_WORLD, dir, 1,
+                                           {{"model/w", {256, 96}, {r * w.rank, 0}, full.narrow(0, r * w.rank, r).clone(), true}}, {});
+  if (w.rank != 0) return;  // the file is damaged and read by rank 0 alone
+  {
+    CheckpointReader clean(path);
+    EXPECT_TRUE(torch::equal(clean.read("model/w", {5, 3}, {72, 47}), full.narrow(0, 5, 72).narrow(1, 3, 47)));
+  }
+  flip_bit(path, "model/w", 200 * 96 + 70);
+  {
+    CheckpointReader rd(path);
+    for (const auto& [o, c] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{0, 0}, {128, 96}}, {{0, 0}, {256, 48}}, {{130, 50}, {20, 10}}, {{192, 0}, {64, 48}}})
+      EXPECT_NO_THROW(rd.read("model/w", o, c)) << "a read that does not touch block [192, 48]";
+    for (const auto& [o, c] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
+             {{192, 48}, {64, 48}}, {{128, 48}, {128, 48}}, {{199, 60}, {2, 20}}, {{0, 47}, {256, 2}}}) {
+      const std::string msg = input_error([&] { rd.read("model/w", o, c); });
+      EXPECT_NE(msg.find("model/w: checksum mismatch in the block at offset [192, 48] of shape [64, 48]"), std::string::npos)
+          << msg;
+    }
+    const auto problems = rd.verify(true);
+    ASSERT_EQ(problems.size(), 1u);
+    EXPECT_NE(problems[0].find("(first bad block at offset [192, 48])"), std::string::npos) << problems[0];
+    rd.set_check_checksums(false);
+    EXPECT_NO_THROW(rd.read("model/w", {192, 48}, {64, 48}));
+  }  // closed: HDF5 opens a file once per process, and the next step writes it
+  // A file from before the tile CRCs: a slice is checked when read whole, not in part.
+  drop_tile_crcs(path, "model/w");
+  CheckpointReader old(path);
+  EXPECT_NO_THROW(old.read("model/w", {192, 48}, {64, 48}));
+  EXPECT_NE(input_error([&] { old.read("model/w"); }).find("model/w: checksum mismatch"), std::string::npos);
+  EXPECT_EQ(old.verify(true).size(), 1u);
+}
+
+// Tile CRCs are the CRC32s of the blocks' bytes in row-major order; crc32_of takes any strides.
+TEST(Checksums, TileCrcsAreTheBlocksCrcs) {
+  torch::manual_seed(3);
+  const torch::Tensor t = torch::randn({101, 70}, torch::kDouble);  // 56,560 bytes
+  EXPECT_EQ(crc_tile_shape({101, 70}, 8, t.numel() * 8), (std::vector<int64_t>{51, 35}));
+  EXPECT_EQ(crc_tile_shape({4, 4}, 4, int64_t(1) << 40), (std::vector<int64_t>{4, 4}));
+  const nlohmann::json j = slice_checksums({0, 0}, t, t.numel() * 8);
+  ASSERT_EQ(j.at("tile_crc32").size(), 4u);
+  EXPECT_EQ(j.at("crc32").get<uint32_t>(), crc32_of(t));
+  const torch::Tensor last = t.narrow(0, 51, 50).narrow(1, 35, 35);
+  EXPECT_FALSE(last.is_contiguous());
+  EXPECT_EQ(crc32_of(last), crc32_of(last.contiguous()));
+  EXPECT_EQ(j.at("tile_crc32")[3].get<uint32_t>(), crc32_of(last.contiguous()));
+  EXPECT_NE(j.at("tile_crc32")[2].get<uint32_t>(), j.at("tile_crc32")[3].get<uint32_t>());
 }
 
 TEST_F(BadFiles, DatasetWithoutChecksumIsReported) {
