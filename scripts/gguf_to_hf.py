@@ -21,6 +21,7 @@ written: files are written under .tmp names and renamed.
 """
 import argparse
 import json
+import math
 import os
 import struct
 import sys
@@ -68,6 +69,9 @@ PRE_TOKENIZERS = {
 }
 
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4  # llama.cpp's token types (1 normal, 3 control, 4 user-defined)
+# The bounds autocompress puts on any config.json (model::kMaxLayers, model::kMaxDim): checked
+# here before anything is sized by them (block_count 1e9 looped for minutes).
+MAX_LAYERS, MAX_DIM = 4096, 1 << 24
 
 
 def prescan(path):
@@ -121,19 +125,24 @@ def prescan(path):
         vtype = u(4, key)
         if key == "general.alignment" and vtype == 4:
             alignment = u(4, key)
+            if alignment == 0 or alignment % 8:
+                raise ConvertError(f"{path}: general.alignment: {alignment} is not a positive multiple of 8")
         else:
             skip_value(vtype, key)
     infos = []
     for i in range(n_tensors):
         name = string(f"tensor_info[{i}].name")
-        dims = [u(8, name) for _ in range(u(4, name))]
+        n_dims = u(4, name)
+        if n_dims > 4:  # GGML_MAX_DIMS
+            raise ConvertError(f"{path}: tensor {name}: {n_dims} dimensions; GGUF tensors have at most 4")
+        dims = [u(8, name) for _ in range(n_dims)]
         qtype, offset = u(4, name), u(8, name)
         try:
             q = gguf.GGMLQuantizationType(qtype)
             block, nbytes = gguf.GGML_QUANT_SIZES[q]
         except (ValueError, KeyError):
             raise ConvertError(f"{path}: tensor {name}: type {qtype} is not a GGML tensor type") from None
-        n = int(np.prod(dims)) if dims else 1
+        n = math.prod(dims)  # exact: numpy's product of uint64 dimensions wraps
         if dims and dims[0] % block:
             raise ConvertError(f"{path}: tensor {name}: {dims[0]} values per row is not a multiple of {q.name}'s block of {block}")
         infos.append((name, offset, n // block * nbytes))
@@ -171,6 +180,28 @@ class Gguf:
         except Exception as e:
             raise ConvertError(f"{self.path}: {key}: unreadable metadata ({e})") from None
 
+    def integer(self, key, lo, hi, default=None):
+        """An integer field in [lo, hi]; a string, float, bool or array is named, not cast."""
+        v = self.get(key, default=default, required=default is None)
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise ConvertError(f"{self.path}: {key}: {str(v)[:60]!r} is not an integer")
+        if not lo <= int(v) <= hi:
+            raise ConvertError(f"{self.path}: {key}: {int(v)} is not in [{lo}, {hi}]")
+        return int(v)
+
+    def number(self, key, default=None):
+        """A finite number (config.json cannot hold NaN or infinity)."""
+        v = self.get(key, default=default, required=default is None)
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not math.isfinite(v):
+            raise ConvertError(f"{self.path}: {key}: {str(v)[:60]!r} is not a finite number")
+        return float(v)
+
+    def strings(self, key):
+        v = self.get(key)
+        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+            raise ConvertError(f"{self.path}: {key}: is not an array of strings")
+        return v
+
     def tensors(self):
         return self.reader.tensors
 
@@ -180,25 +211,25 @@ def llama_config(g):
     if arch != "llama":
         raise ConvertError(f"{g.path}: general.architecture: is '{arch}'; only 'llama' is converted")
     p = "llama."
-    hidden = int(g.get(p + "embedding_length"))
-    heads = int(g.get(p + "attention.head_count"))
-    kv_heads = int(g.get(p + "attention.head_count_kv", default=heads, required=False))
-    layers = int(g.get(p + "block_count"))
-    ffn = int(g.get(p + "feed_forward_length"))
-    head_dim = int(g.get(p + "attention.key_length", default=hidden // heads, required=False))
-    rope_dim = int(g.get(p + "rope.dimension_count", default=head_dim, required=False))
+    hidden = g.integer(p + "embedding_length", 1, MAX_DIM)
+    heads = g.integer(p + "attention.head_count", 1, MAX_DIM)
+    kv_heads = g.integer(p + "attention.head_count_kv", 1, MAX_DIM, default=heads)
+    layers = g.integer(p + "block_count", 1, MAX_LAYERS)
+    ffn = g.integer(p + "feed_forward_length", 1, MAX_DIM)
+    head_dim = g.integer(p + "attention.key_length", 1, MAX_DIM, default=max(hidden // heads, 1))
+    rope_dim = g.integer(p + "rope.dimension_count", 0, MAX_DIM, default=head_dim)
     if rope_dim != head_dim:
         raise ConvertError(f"{g.path}: {p}rope.dimension_count: is {rope_dim}, head size {head_dim}: partial RoPE is not supported")
     if g.has(p + "rope.scaling.type") and g.get(p + "rope.scaling.type") not in ("none", ""):
         raise ConvertError(f"{g.path}: {p}rope.scaling.type: '{g.get(p + 'rope.scaling.type')}' is not supported")
-    tokens = g.get("tokenizer.ggml.tokens")
-    vocab = int(g.get(p + "vocab_size", default=len(tokens), required=False))
+    tokens = g.strings("tokenizer.ggml.tokens")
+    vocab = g.integer(p + "vocab_size", 1, MAX_DIM, default=max(len(tokens), 1))
     if vocab != len(tokens):
         raise ConvertError(f"{g.path}: {p}vocab_size: is {vocab} but tokenizer.ggml.tokens has {len(tokens)} entries")
     names = {t.name for t in g.tensors()}
     tied = "output.weight" not in names
-    eps = float(g.get(p + "attention.layer_norm_rms_epsilon"))
-    theta = float(g.get(p + "rope.freq_base", default=10000.0, required=False))
+    eps = g.number(p + "attention.layer_norm_rms_epsilon")
+    theta = g.number(p + "rope.freq_base", default=10000.0)
     cfg = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -210,7 +241,7 @@ def llama_config(g):
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "hidden_act": "silu",
-        "max_position_embeddings": int(g.get(p + "context_length", default=4096, required=False)),
+        "max_position_embeddings": g.integer(p + "context_length", 1, 2**31 - 1, default=4096),
         "rms_norm_eps": float(np.float32(eps)),
         "rope_theta": theta,
         "rope_parameters": {"rope_type": "default", "rope_theta": theta},
@@ -222,7 +253,7 @@ def llama_config(g):
     for key, name in (("bos_token_id", "tokenizer.ggml.bos_token_id"), ("eos_token_id", "tokenizer.ggml.eos_token_id"),
                       ("pad_token_id", "tokenizer.ggml.padding_token_id")):
         if g.has(name):
-            cfg[key] = int(g.get(name))
+            cfg[key] = g.integer(name, 0, vocab - 1)
     return cfg
 
 
@@ -325,9 +356,9 @@ def tokenizer_json(g):
     pre = g.get("tokenizer.ggml.pre", default="default", required=False)
     if pre not in PRE_TOKENIZERS:
         raise ConvertError(f"{g.path}: tokenizer.ggml.pre: '{pre}' is not known here (known: {', '.join(sorted(PRE_TOKENIZERS))})")
-    tokens = list(g.get("tokenizer.ggml.tokens"))
+    tokens = g.strings("tokenizer.ggml.tokens")
     types = list(g.get("tokenizer.ggml.token_type"))
-    merges = list(g.get("tokenizer.ggml.merges"))
+    merges = g.strings("tokenizer.ggml.merges")
     if len(types) != len(tokens):
         raise ConvertError(f"{g.path}: tokenizer.ggml.token_type: {len(types)} entries for {len(tokens)} tokens")
     vocab = {}
@@ -360,7 +391,7 @@ def tokenizer_json(g):
 
 
 def tokenizer_config(g, cfg):
-    tokens = g.get("tokenizer.ggml.tokens")
+    tokens = g.strings("tokenizer.ggml.tokens")
 
     def tok(key):
         return tokens[cfg[key]] if key in cfg and 0 <= cfg[key] < len(tokens) else None
@@ -369,7 +400,7 @@ def tokenizer_config(g, cfg):
          "add_bos_token": False, "add_prefix_space": False, "clean_up_tokenization_spaces": False,
          "bos_token": tok("bos_token_id"), "eos_token": tok("eos_token_id"), "pad_token": tok("pad_token_id")}
     if g.has("tokenizer.ggml.unknown_token_id"):
-        c["unk_token"] = tokens[int(g.get("tokenizer.ggml.unknown_token_id"))]
+        c["unk_token"] = tokens[g.integer("tokenizer.ggml.unknown_token_id", 0, len(tokens) - 1)]
     if g.has("tokenizer.chat_template"):
         c["chat_template"] = g.get("tokenizer.chat_template")
     return c
