@@ -217,6 +217,9 @@ def llama_config(g):
     layers = g.integer(p + "block_count", 1, MAX_LAYERS)
     ffn = g.integer(p + "feed_forward_length", 1, MAX_DIM)
     head_dim = g.integer(p + "attention.key_length", 1, MAX_DIM, default=max(hidden // heads, 1))
+    if head_dim % 2:  # unpermute_rope_rows takes each head's rows in pairs
+        key = p + ("attention.key_length" if g.has(p + "attention.key_length") else "attention.head_count")
+        raise ConvertError(f"{g.path}: {key}: head size {head_dim} is odd; RoPE rotates pairs of it")
     rope_dim = g.integer(p + "rope.dimension_count", 0, MAX_DIM, default=head_dim)
     if rope_dim != head_dim:
         raise ConvertError(f"{g.path}: {p}rope.dimension_count: is {rope_dim}, head size {head_dim}: partial RoPE is not supported")

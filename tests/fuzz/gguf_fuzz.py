@@ -54,6 +54,8 @@ CASES = {
     "tokenizer.ggml.merges@ints": ("tokenizer.ggml.merges", "arr", [1, 2]),  # AttributeError ('int'.split)
     "tokenizer.ggml.bos_token_id@string": ("tokenizer.ggml.bos_token_id", "str", "one"),  # ValueError from int()
     "llama.context_length@-5": ("llama.context_length", "i32", -5),  # accepted: a negative max_position_embeddings
+    # Found by --fuzz 100000 2 (execution 85181): 8 heads of hidden 8, head size 1: ValueError from unpermute_rope_rows.
+    "llama.attention.head_count@8": ("llama.attention.head_count", "u32", 8),
 }
 
 
