@@ -13,6 +13,7 @@
 #include "dist/cpu_features.h"
 #include "dist/omp_env.h"
 #include "dist/runtime.h"
+#include "dist/tensor_memory.h"
 
 namespace ac::launcher {
 
@@ -40,6 +41,8 @@ nlohmann::json build_features() {
                {"devices", torch::cuda::is_available() ? torch::cuda::device_count() : 0}};
   const char* wait = std::getenv("OMP_WAIT_POLICY");
   const char* spin = std::getenv("GOMP_SPINCOUNT");  // set by the launcher unless the user set one of them
+  j["cpu_tensor_cache"] = {{"installed", dist::tensor_memory::installed()},
+                           {"limit_bytes", dist::tensor_memory::cache_limit()}};
   j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
                   {"omp_wait_policy", wait ? std::string(wait) : std::string()},
                   {"gomp_spincount", spin ? std::string(spin) : std::string()},

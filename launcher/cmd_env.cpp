@@ -109,6 +109,11 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
       row("CPU", c["model"].get<std::string>() + " (" + c["vendor"].get<std::string>() + "): " + isa);
       row("dtype", "auto -> " + c["dtype_auto"].get<std::string>() + " (" + c["dtype_auto_reason"].get<std::string>() + ")");
       row("Profile", local_profile_summary(default_cache_dir()));
+      const auto& tc = f["cpu_tensor_cache"];
+      row("Allocator", tc["limit_bytes"].get<int64_t>() > 0
+                           ? "freed CPU blocks >= 1 MiB kept for reuse, up to " +
+                                 std::to_string(tc["limit_bytes"].get<int64_t>() >> 20) + " MiB (AC_CPU_CACHE_MB)"
+                           : std::string("no reuse of freed CPU blocks (AC_CPU_CACHE_MB=0)"));
     }
     row("World", std::to_string(rt.world_size()) + " rank(s), " + std::to_string(rt.local_size()) +
                      " on this node (local rank from " + rt.local_rank_source() + "), device " + dev.device +

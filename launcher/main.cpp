@@ -18,6 +18,7 @@
 #include "dist/error.h"
 #include "dist/omp_env.h"
 #include "dist/runtime.h"
+#include "dist/tensor_memory.h"
 #include "launcher/command.h"
 #include "launcher/config_file.h"
 
@@ -242,6 +243,8 @@ int main(int argc, char** argv) {
     ac::dist::set_compute_threads(std::max(1, hw / std::max(1, rt.local_size())));
   }
   return rt.run_guarded([&]() -> int {
+    // Before any tensor: every CPU storage counted, large freed blocks reused (dist/tensor_memory.h).
+    ac::dist::tensor_memory::install();
     // answer_before_mpi() handled help, version and unknown subcommands unless this is a
     // multi-rank launch with a usage error; those are reported from every rank here.
     int consumed = 0;

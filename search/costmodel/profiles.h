@@ -20,6 +20,8 @@ struct EfficiencyCurve {
 
 // glibc's malloc serves requests this large (or larger) by a fresh mmap every time
 // (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit): no reuse of freed memory, a page fault per page.
+// The CLI's CPU allocator keeps such blocks for reuse (dist/tensor_memory.h), so a profile
+// calibrated by it fits fresh_bytes_s near 0; with AC_CPU_CACHE_MB=0 the term comes back.
 constexpr double kFreshPagesBytes = 32.0 * 1048576;
 
 struct HardwareProfile {

@@ -15,6 +15,15 @@ expect_out "CPU  "
 expect_out "avx512_bf16 \(yes\|no\)"
 if grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo; then want=bf16; else want=f32; fi
 expect_out "dtype *auto -> $want "
+# The CPU allocator's reuse of freed blocks: its cap, set or switched off by AC_CPU_CACHE_MB,
+# and a bad value refused by name before anything runs.
+expect_out "Allocator *freed CPU blocks >= 1 MiB kept for reuse, up to [0-9]* MiB (AC_CPU_CACHE_MB)"
+expect_rc 0 env AC_CPU_CACHE_MB=96 "$AC_BIN" env
+expect_out "Allocator *freed CPU blocks >= 1 MiB kept for reuse, up to 96 MiB"
+expect_rc 0 env AC_CPU_CACHE_MB=0 "$AC_BIN" env
+expect_out "Allocator *no reuse of freed CPU blocks (AC_CPU_CACHE_MB=0)"
+expect_rc 2 env AC_CPU_CACHE_MB=lots "$AC_BIN" env
+expect_out "AC_CPU_CACHE_MB: lots: expected MiB of freed CPU blocks to keep"
 # The cost profile of this machine that cpu-local would use: none in an empty cache; after a
 # calibration into the cache, where it is, when and under what load it was made.
 rm -rf "$T/cache"  # a second run in one build dir starts from an empty cache too
