@@ -177,15 +177,13 @@ struct Fnv1a {
 }  // namespace
 
 namespace {
-// The slices' offsets, shapes and whole-slice CRC32s of a crc32_slices attribute, without the
-// tile CRCs: the fingerprint names the weights, not how finely their checksums are kept (files
-// written before the tile CRCs keep their fingerprints).
-std::string slice_crcs_text(const std::string& attr, const std::string& where) {
-  nlohmann::json slices = nlohmann::json::parse(attr, nullptr, /*allow_exceptions=*/false);
-  if (!slices.is_array()) throw InputError(where, "crc32_slices", "not a JSON array");
-  for (auto& s : slices)
-    if (s.is_object()) s.erase("tile"), s.erase("tile_crc32");
-  return slices.dump();
+// The slices' offsets, shapes and whole-slice CRC32s of a crc32_slices attribute (read by the
+// checkpoint's own parser), without the tile CRCs: the fingerprint names the weights, not how
+// finely their checksums are kept (files written before the tile CRCs keep their fingerprints).
+std::string slice_crcs_text(const std::vector<CrcSlice>& slices) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : slices) j.push_back({{"crc32", s.crc32}, {"offset", s.offset}, {"shape", s.shape}});
+  return j.dump();
 }
 }  // namespace
 
@@ -204,8 +202,8 @@ std::string model_fingerprint(const CheckpointReader& reader, const std::string&
     h5::Handle ds(H5Dopen2(file, d.name.c_str(), H5P_DEFAULT), H5Dclose);
     if (!ds.valid()) throw InputError(reader.path(), "dataset " + d.name, "cannot open: " + h5::error_stack());
     if (h5::has_attr(ds, "crc32_slices")) {
-      f.text(slice_crcs_text(h5::read_string_attr(ds, "crc32_slices", reader.path() + ": dataset " + d.name),
-                             reader.path() + ": dataset " + d.name));
+      f.text(slice_crcs_text(parse_crc32_slices(
+          h5::read_string_attr(ds, "crc32_slices", reader.path() + ": dataset " + d.name), d.shape, reader.path(), d.name)));
     } else {  // no stored checksums: hash the data itself (CRC32 of the stored bytes)
       f.text("data:" + std::to_string(crc32_of(reader.read(d.name))));
     }
