@@ -30,11 +30,11 @@ constexpr size_t kRound = size_t(512) << 10;     // size classes of cached block
 std::atomic<int64_t> g_current{0}, g_peak{0};
 std::atomic<bool> g_installed{false};
 
-size_t cache_limit_from_env() {
+size_t cache_limit_from_env(int ranks_on_node) {
   const char* env = std::getenv("AC_CPU_CACHE_MB");
   if (env == nullptr) {
     const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
-    return size_t(std::min(4.0 * (1 << 30), std::max(0.0, ram / 8)));
+    return size_t(std::min(4.0 * (1 << 30), std::max(0.0, ram / 8)) / std::max(1, ranks_on_node));
   }
   char* end = nullptr;
   const long long mb = std::strtoll(env, &end, 10);
@@ -163,9 +163,9 @@ class CpuTensorAllocator final : public c10::Allocator {
 CpuTensorAllocator g_allocator;
 }  // namespace
 
-void install() {
+void install(int ranks_on_node) {
   if (g_installed.exchange(true)) return;
-  g_cache.set_limit(cache_limit_from_env());
+  g_cache.set_limit(cache_limit_from_env(ranks_on_node));
   // Priority 1 beats LibTorch's default registration (0). Storages allocated before keep
   // their own deleter, so they are freed correctly and simply not counted.
   c10::SetCPUAllocator(&g_allocator, /*priority=*/1);

@@ -10,17 +10,19 @@
 // 32 MiB) and returns it at free, so every prefill's attention scores, every KD step's logits
 // are faulted in and zeroed page by page again (~2 us per 4 KiB page on a VM: a 2K-token prefill
 // took 2x its compute). Blocks of >= 1 MiB are rounded up to 512 KiB and kept on free, up to a
-// cap (AC_CPU_CACHE_MB, default min(4 GiB, RAM / 8); 0 turns caching off); a request of the
-// same rounded size takes one back. Over the cap the least recently freed blocks are released.
+// cap (AC_CPU_CACHE_MB per process; default min(4 GiB, RAM / 8) shared by the ranks on the
+// node; 0 turns caching off); a request of the same rounded size takes one back. Over the cap
+// the least recently freed blocks are released.
 //
 // `install` puts the allocator in place (process-wide, idempotent; the CLI installs it first
-// thing). Storages allocated before keep their own deleter and are not counted.
+// thing, telling it how many ranks share the node). Storages allocated before keep their own
+// deleter and are not counted.
 #pragma once
 
 #include <cstdint>
 
 namespace ac::dist::tensor_memory {
-void install();
+void install(int ranks_on_node = 1);
 bool installed();
 int64_t current();
 int64_t peak();

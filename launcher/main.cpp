@@ -244,7 +244,7 @@ int main(int argc, char** argv) {
   }
   return rt.run_guarded([&]() -> int {
     // Before any tensor: every CPU storage counted, large freed blocks reused (dist/tensor_memory.h).
-    ac::dist::tensor_memory::install();
+    ac::dist::tensor_memory::install(rt.local_size());
     // answer_before_mpi() handled help, version and unknown subcommands unless this is a
     // multi-rank launch with a usage error; those are reported from every rank here.
     int consumed = 0;

@@ -62,6 +62,14 @@ expect_out "local_rank"
 expect_rc 0 $MPIEXEC -n 2 "$AC_BIN" env --json
 python3 -c "import json,sys; d=json.load(open('$T/out')); assert d['layout']['dp']==2 and d['layout']['tp']==1, d['layout']" \
   || fail "env --json under 2 ranks"
+# The allocator's default cap is shared by the ranks on the node: half of one process's at two.
+cp "$T/out" "$T/env2.json"
+expect_rc 0 "$AC_BIN" env --json
+python3 -c "
+import json
+one = json.load(open('$T/out'))['build']['cpu_tensor_cache']['limit_bytes']
+two = json.load(open('$T/env2.json'))['build']['cpu_tensor_cache']['limit_bytes']
+assert one > 0 and two == one // 2, (one, two)" || fail "the CPU cache cap per rank"
 
 # A bad layout: 3 ranks with TP = 2 is refused on every rank, exit 2, no hang.
 start=$(date +%s)
