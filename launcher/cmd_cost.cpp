@@ -84,6 +84,8 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
   std::string dtype_reason;
   o.dtype = cost_dtype(vm["dtype"].as<std::string>(), &dtype_reason);
   o.quick = vm["quick"].as<bool>();
+  o.passes = vm["passes"].as<int>();
+  if (o.passes < 1) throw InputError("--passes", std::to_string(o.passes), "must be positive");
   o.threads = vm["threads"].as<int>();
   o.memory_bytes = vm["memory-bytes"].as<double>();
   if (o.memory_bytes == 0 && o.device == "cpu")  // physical memory of this machine
@@ -256,7 +258,9 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "dtype", po::value<std::string>()->default_value("auto"),
           "auto (bf16 where the CPU has native bf16, else f32), bfloat16, float16 or float32")(
           "memory-bytes", po::value<double>()->default_value(0), "device memory (0: this machine's RAM for cpu)")(
-          "quick", po::bool_switch(), "fewer sizes (seconds instead of about a minute)")(
+          "quick", po::bool_switch(), "fewer sizes, one pass (seconds instead of about two minutes)")(
+          "passes", po::value<int>()->default_value(3),
+          "passes over all measurements, each point keeping its fastest (a shared machine's slow spells last seconds)")(
           "threads", po::value<int>()->default_value(1),
           "LibTorch intra-op threads (1: timed by process CPU time, robust on a shared machine; 0: LibTorch's default)");
     },
@@ -283,9 +287,10 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
           "concurrency", po::value<std::string>()->value_name("B,B,..")->default_value("1,4,8"),
           "regimes: TPOT and tokens/s of B sequences decoding together")(
           "decode-steps", po::value<int64_t>()->default_value(16), "decode steps after the prefill")(
-          "repeats", po::value<int>()->default_value(5), "timed prefills per architecture and sweep (one warm-up first)")(
-          "sweeps", po::value<int>()->default_value(3),
-          "passes over all architectures (load bursts from other jobs spread over all of them); medians over all")(
+          "repeats", po::value<int>()->default_value(2), "timed prefills per architecture and sweep (one warm-up first)")(
+          "sweeps", po::value<int>()->default_value(5),
+          "passes over all architectures, the models kept loaded; each time is the fastest sweep's median (a slow spell "
+          "of a shared machine spoils whole sweeps)")(
           "device", po::value<std::string>()->default_value("cpu"),
           "cpu | cuda | auto: where the architectures run (cuda: --hardware is a profile from cost calibrate --device cuda)")(
           "dtype", po::value<std::string>()->default_value("auto"),

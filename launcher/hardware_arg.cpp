@@ -52,7 +52,7 @@ ResolvedHardware resolve_hardware(const HardwareArg& arg) {
     const search::LocalProfile lp = search::local_profile(arg.cache_dir, o, [&](const std::string& p, const std::string& why) {
       std::fprintf(stderr, "cpu-local: %s (%s, %s, %s, %d thread%s): calibrating %s (%s) into %s\n", why.c_str(),
                    cpu.model.c_str(), cpu.isa().c_str(), o.dtype.c_str(), o.threads, o.threads == 1 ? "" : "s",
-                   o.quick ? "quickly" : "once", o.quick ? "about 10-20 s" : "about 1-2 minutes", p.c_str());
+                   o.quick ? "quickly" : "once", o.quick ? "about 10-20 s" : "about 2 minutes", p.c_str());
       std::fflush(stderr);
     });
     if (lp.calibrated) std::fprintf(stderr, "cpu-local: calibrated in %.1f s\n", lp.seconds);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
@@ -70,6 +71,9 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
   if (kind == "mlp_decode") t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1];
   if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
   if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
+  if (kind == "model_decode")
+    t += c.attn_fixed + c.attn_per_kv * f.at(1) + c.attn_per_q * f.at(2) + c.mlp_fixed + c.mlp_per_ffn * f.at(3) +
+         c.model_fixed;
   return t;
 }
 
@@ -112,6 +116,20 @@ double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatc
     t.push_back(s);
     total += s;
     if (t.size() >= 200) break;
+  }
+  std::sort(t.begin(), t.end());
+  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+}
+
+// Median time of f() over n calls, each after evict_cpu_caches() (not timed).
+template <typename F>
+double time_cold(F f, int n, const Stopwatch& clock) {
+  std::vector<double> t;
+  for (int i = 0; i <= n; ++i) {  // call 0 warms the code path up and is not kept
+    evict_cpu_caches();
+    const double a = clock.now();
+    f();
+    if (i > 0) t.push_back(clock.now() - a);
   }
   std::sort(t.begin(), t.end());
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
@@ -319,7 +337,7 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
   // Weights cold, as in a model's decode step (the other layers' weights pass through the
   // caches in between) while the code and the allocator stay warm: each size is a pool of
   // copies of the layer holding > 40 MiB of weights, the steps go round the pool.
-  const int rounds = o.quick ? 1 : 3;
+  const int rounds = o.quick || o.passes > 1 ? 1 : 3;  // passes repeat it too
   std::vector<std::vector<double>> ts(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& st = steps[i];
@@ -363,6 +381,52 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
   }
 }
 
+// Whole decode steps of a one-block model (attention with GQA 2:1 and RoPE, SwiGLU MLP) at
+// chosen hidden and vocabulary sizes, 8 tokens cached, each step started from evicted caches as
+// a step of a model larger than the last-level cache starts: what a step costs beyond its
+// sublayers' pooled steps and the LM head's GEMM (the embedding lookup, final norm, logits, and
+// the cold code and page tables of its first kernels) is the `model_decode` term
+// (HardwareProfile::DecodeStepCost::model_fixed). Features: the attention step's {1, past x
+// kv_dim, past x q_dim}, then the FFN width.
+void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
+                         std::vector<CalibrationPoint>& points) {
+  const std::vector<std::array<int64_t, 3>> sizes =  // hidden, ffn, vocabulary
+      o.quick ? std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 16384}}
+              : std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 4096}, {384, 1024, 16384}, {576, 1536, 49152}};
+  constexpr int64_t kPast = 8, kHeadDim = 64;
+  for (const auto& [h, ffn, V] : sizes) {
+    const int64_t heads = h / kHeadDim;
+    int64_t kv = std::max<int64_t>(1, heads / 2);  // GQA: the largest KV count <= heads / 2 dividing heads
+    while (heads % kv != 0) --kv;
+    model::ArchSpec spec;
+    spec.hidden_size = h, spec.vocab_size = V, spec.max_position_embeddings = 4096;
+    model::LayerSpec l;
+    l.attention = model::AttentionSpec{int(heads), int(kv), int(kHeadDim)};
+    l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
+    spec.layers = {l};
+    model::ModelOptions mo;
+    mo.dtype = dt;
+    model::CausalLM m(spec, model::TpGroup{}, mo);
+    m->init_weights(1);
+    m->eval();
+    model::InferenceCache filled;
+    (void)m->forward(torch::randint(0, V, {1, kPast}, torch::kLong), &filled);
+    const auto tok = torch::randint(0, V, {1, 1}, torch::kLong);
+    const double s = time_cold(
+        [&] {
+          model::InferenceCache c = filled;  // the same cached length every time (the step appends)
+          (void)m->forward(tok, &c);
+        },
+        o.quick ? 5 : 9, clock);
+    add_point(points, "model_decode", "h" + std::to_string(h) + " ffn " + std::to_string(ffn) + " vocab " + std::to_string(V),
+              0, 0, s);
+    const double qd = double(heads * kHeadDim), kvd = double(kv * kHeadDim), hd = double(h), f = double(ffn);
+    points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f};
+    points.back().gemms = {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1},
+                           {f, hd, 1},  {f, hd, 1},   {hd, f, 1},   {double(V), hd, 1}};
+  }
+}
+
 // Decode steps: the one-row GEMM line, then each sublayer kind's rest with its GEMMs (and the
 // Mamba mixer's fitted step) as a known offset.
 void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double eb) {
@@ -392,6 +456,13 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
       if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
       if (k == "mamba_decode") d.mamba_fixed = f[0];
     }
+    // The model step's rest: the median of each point's time minus its sublayers and head GEMM.
+    std::vector<double> rest;
+    d.model_fixed = 0;
+    for (const auto& p : points)
+      if (p.kind == "model_decode") rest.push_back(p.seconds - decode_step_seconds(h, p.kind, p.features, p.gemms, eb));
+    d.model_fixed = rest.empty() ? 0.0 : std::max(0.0, median(rest));
+    d.has_model_fixed = !rest.empty();
   }
 }
 
@@ -502,7 +573,7 @@ void measure_mamba_mixers(const Bench& b, std::vector<CalibrationPoint>& points)
                                   {640, 24, 32, 16, 6, 64, 512},  {256, 4, 96, 32, 2, 32, 512},
                                   {768, 16, 64, 64, 8, 64, 200},  {192, 2, 64, 128, 1, 128, 384},
                                   {384, 32, 16, 16, 8, 32, 128},  {320, 10, 32, 64, 5, 64, 640}};
-  const int rounds = o.quick ? 1 : 3;
+  const int rounds = o.quick || o.passes > 1 ? 1 : 3;  // passes repeat it too
   std::vector<std::vector<double>> pre(sizes.size()), step(sizes.size());
   model::TpGroup tp{dist::make_self_communicator()};
   for (int round = 0; round < rounds; ++round)
@@ -714,6 +785,36 @@ double score_points(const HardwareProfile& h, std::vector<CalibrationPoint>& poi
 
 }  // namespace
 
+void evict_cpu_caches() {
+  static const torch::Tensor buffer = [] {
+    int64_t llc = 0;
+    for (int index = 3; index >= 2 && llc == 0; --index) {
+      std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+      std::string v;
+      if (f >> v && !v.empty()) llc = std::atoll(v.c_str()) * (v.back() == 'M' ? 1 << 20 : v.back() == 'K' ? 1 << 10 : 1);
+    }
+    const int64_t bytes = std::max<int64_t>(int64_t(64) << 20, 2 * llc);
+    return torch::zeros({bytes / 4}, torch::kFloat32);
+  }();
+  torch::NoGradGuard no_grad;
+  const_cast<torch::Tensor&>(buffer).add_(1.0f);
+}
+
+std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<CalibrationPoint>>& passes) {
+  if (passes.empty()) return {};
+  std::vector<CalibrationPoint> out = passes[0];
+  for (size_t k = 1; k < passes.size(); ++k) {
+    if (passes[k].size() != out.size()) throw std::invalid_argument("calibration passes measured different points");
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (passes[k][i].kind != out[i].kind || passes[k][i].shape != out[i].shape)
+        throw std::invalid_argument("calibration pass " + std::to_string(k) + " point " + std::to_string(i) + " is " +
+                                    passes[k][i].kind + " " + passes[k][i].shape + ", not " + out[i].kind + " " + out[i].shape);
+      out[i].seconds = std::min(out[i].seconds, passes[k][i].seconds);
+    }
+  }
+  return out;
+}
+
 CalibrationResult calibrate(const CalibrationOptions& o) {
   check_options(o);
   if (o.threads > 0) dist::set_compute_threads(o.threads);
@@ -721,21 +822,29 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   torch::NoGradGuard no_grad;
   const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
   const auto dt = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
-  const Bench b{o, dev, dt, o.dtype == "float32" ? 4.0 : 2.0, torch::TensorOptions().dtype(dt).device(dev),
+  const int passes = o.quick ? 1 : std::max(1, o.passes);
+  CalibrationOptions po = o;
+  po.min_seconds = o.min_seconds / passes;
+  const Bench b{po, dev, dt, o.dtype == "float32" ? 4.0 : 2.0, torch::TensorOptions().dtype(dt).device(dev),
                 torch::TensorOptions().dtype(torch::kFloat32).device(dev), clock,
                 o.quick ? kQuickGemmPoolBytes : kGemmPoolBytes};
   torch::manual_seed(0);
   CalibrationResult r;
   r.clock = clock.name();
-  // ---- measurements
-  measure_gemms(b, r.points);
-  measure_attention(b, r.points);
-  measure_scan(b, r.points);
-  if (o.device == "cpu") measure_mamba_mixers(b, r.points);
-  if (o.device == "cpu") measure_decode_steps(o, b.opt, dt, b.eb, b.pool_bytes, clock, r.points);
-  measure_copies(b, r.points);
-  measure_elementwise(b, r.points);
-  measure_dispatch(b, r.points);
+  // ---- measurements: whole passes, so the passes of one point are tens of seconds apart
+  std::vector<std::vector<CalibrationPoint>> runs(static_cast<size_t>(passes));
+  for (auto& pts : runs) {
+    measure_gemms(b, pts);
+    measure_attention(b, pts);
+    measure_scan(b, pts);
+    if (o.device == "cpu") measure_mamba_mixers(b, pts);
+    if (o.device == "cpu") measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts);
+    if (o.device == "cpu") measure_model_steps(po, dt, clock, pts);
+    measure_copies(b, pts);
+    measure_elementwise(b, pts);
+    measure_dispatch(b, pts);
+  }
+  r.points = fastest_pass(runs);
   // ---- fits
   // Per-operator overhead: the fastest tiny op mix, taken out of every curve's intercept.
   double overhead = 0;

@@ -20,7 +20,11 @@ struct CalibrationOptions {
   double memory_bytes = 0;    // device memory; the caller supplies it (the library reads no system state)
   double usable_fraction = 0.9;
   bool quick = false;         // fewer sizes (tests)
-  double min_seconds = 0.05;  // time each point for at least this long
+  double min_seconds = 0.05;  // time each point for at least this long (over all passes)
+  // Passes over every measurement (not with `quick`), each timing each point for min_seconds /
+  // passes; a point keeps its fastest pass. A shared machine (a VM's co-tenants) runs 1.3-2x
+  // slower for seconds at a time; one pass per point lets such a spell decide the profile.
+  int passes = 3;
   int threads = 0;            // LibTorch intra-op threads (0: leave LibTorch's setting)
 };
 
@@ -58,6 +62,11 @@ struct CalibrationResult {
 
 CalibrationResult calibrate(const CalibrationOptions& options);
 
+// The points of several passes over the same measurements (the same kinds and shapes in the same
+// order) as one: each point with its fastest pass's time. Throws std::invalid_argument when the
+// passes do not line up.
+std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<CalibrationPoint>>& passes);
+
 // Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
 // `rows`: a GEMM's rows (0: many, no matrix-vector penalty).
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);
@@ -76,6 +85,14 @@ std::vector<double> gemv_features(double out, double in, double rows, double ele
 double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, const std::vector<double>& features,
                            const std::vector<std::array<double, 3>>& gemms, double elem_bytes);
 double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vector<double>& features);
+
+// Evicts the CPU's caches (and with them its TLBs) by streaming a buffer of max(64 MiB, 2 x the
+// last-level cache) through them; nothing on a GPU. Decode of a model larger than the
+// last-level cache leaves every step's weights, code and page tables cold: calibration (decode
+// points) and validation (every timed forward) start each timed call from here, so they measure
+// the same regime and the tiny validation models are not timed from the L3 (docs/costmodel.md,
+// "Cold steps"). Not thread-safe; untimed by its callers.
+void evict_cpu_caches();
 
 // How fast this CPU runs now against a profile's own calibration: re-times the profile's GEMM
 // points at width 1024 (512, 16 and 1 rows; the same code, cold weights, the clock of the

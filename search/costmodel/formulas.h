@@ -444,7 +444,8 @@ class Evaluator {
     // ---- TPOT: one decode step of B sequences at the mean context (prompt + half the output).
     const double L = P + double(w_.output_tokens) / 2.0;
     r.layer_decode_s = layers_time(B, B, 1, L, true);
-    r.tpot_s = O::sum(r.layer_decode_s) + head_time(B, B, true, true) + e_.step_overhead_s;
+    r.tpot_s = O::sum(r.layer_decode_s) + head_time(B, B, true, true) + e_.step_overhead_s +
+               (hw_.decode.measured ? hw_.decode.model_fixed : 0.0);
     r.decode_tok_s = B / r.tpot_s;
     const double out = double(w_.output_tokens);
     r.throughput_tok_s = B * out / (B * r.ttft_s + out * r.tpot_s);

@@ -90,6 +90,8 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
   if (std::string why = machine_mismatch(hw, cpu, o.dtype); !why.empty()) return why;
   if (hw.decode.measured && !hw.decode.batched)  // cached before the 2-16-row GEMMs were timed
     return "profile '" + hw.id + "' has no batched decode GEMMs (2-16 rows) measured";
+  if (hw.decode.measured && !hw.decode.has_model_fixed)  // cached before whole model steps were timed
+    return "profile '" + hw.id + "' has no cold model decode step measured";
   if (const std::string busy = busy_warning(hw, trust.max_other_cores); !busy.empty()) {
     const double now = dist::measure_other_cores(0.5);
     if (now >= 0 && now <= trust.max_other_cores) return busy + "; the machine is quiet now";

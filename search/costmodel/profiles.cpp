@@ -132,10 +132,14 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
           {"attn_fixed_s", &c.attn_fixed},   {"attn_per_kv_s", &c.attn_per_kv},     {"attn_per_q_s", &c.attn_per_q},
           {"mlp_fixed_s", &c.mlp_fixed},     {"mlp_per_ffn_s", &c.mlp_per_ffn},     {"moe_fixed_s", &c.moe_fixed},
           {"moe_per_expert_s", &c.moe_per_expert}, {"mamba_fixed_s", &c.mamba_fixed},
-          {"gemv_per_row_out_s", &c.gemv_per_row_out}, {"gemv_per_row_mac_s", &c.gemv_per_row_mac}};
+          {"gemv_per_row_out_s", &c.gemv_per_row_out}, {"gemv_per_row_mac_s", &c.gemv_per_row_mac},
+          {"model_fixed_s", &c.model_fixed}};
 }
-// The per-extra-row terms, absent from profiles calibrated on one-row GEMMs only.
-bool optional_decode_field(const std::string& name) { return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s"; }
+// The per-extra-row terms, absent from profiles calibrated on one-row GEMMs only, and the
+// model step's own term, absent from profiles made before it was measured.
+bool optional_decode_field(const std::string& name) {
+  return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s";
+}
 }  // namespace
 
 HardwareProfile hardware_from_json(const json& j, const std::string& path) {
@@ -200,6 +204,7 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     if (!(c.gemv_fixed + c.gemv_per_byte + c.gemv_per_out > 0)) f.fail("decode_step.gemv_fixed_s", "the GEMM terms are all 0");
     // A profile fitted on one-row GEMMs only charged every row as a one-row GEMM's outputs.
     c.batched = x.contains("gemv_per_row_out_s") || x.contains("gemv_per_row_mac_s");
+    c.has_model_fixed = x.contains("model_fixed_s");
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
   }
@@ -303,7 +308,8 @@ json hardware_to_json(const HardwareProfile& h) {
     auto c = h.decode;
     json x = json::object();
     for (const auto& [name, ptr] : decode_step_fields(c))
-      if (c.batched || !optional_decode_field(name)) x[name] = *ptr;
+      if (!optional_decode_field(name) || (std::string(name) == "model_fixed_s" ? c.has_model_fixed : c.batched))
+        x[name] = *ptr;
     j["decode_step"] = x;
   }
   return j;

@@ -70,6 +70,11 @@ struct HardwareProfile {
   //   dispatch): attention attn_fixed + attn_per_kv x b past kv_dim + attn_per_q x b past q_dim;
   //   MLP mlp_fixed + mlp_per_ffn x b ffn; MoE moe_fixed + moe_per_expert x touched;
   //   Mamba (on top of the `mamba` step term) mamba_fixed.
+  //   The model's step beyond its layers and the LM head's GEMM (fitted on one-block models),
+  //   started from cold caches as a
+  //   step of a model larger than the last-level cache is (embedding, final norm, logits, the
+  //   first touches of cold code and page tables): model_fixed, once per step (`has_model_fixed`:
+  //   measured; profiles from before it charge 0 and are recalibrated when cached).
   struct DecodeStepCost {
     bool measured = false;
     double gemv_fixed = 0, gemv_per_byte = 0, gemv_per_out = 0;
@@ -79,6 +84,8 @@ struct HardwareProfile {
     double mamba_fixed = 0;
     double gemv_per_row_out = 0, gemv_per_row_mac = 0;
     bool batched = false;  // the per-row terms were measured (2-16-row GEMMs)
+    double model_fixed = 0;
+    bool has_model_fixed = false;
   } decode;
   // The profile's own calibration measurements ("kind shape" -> median seconds, from the
   // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):

@@ -36,8 +36,8 @@ struct ValidationOptions {
   int64_t prompt_tokens = 256;
   int64_t decode_steps = 16;
   std::string dtype = "bfloat16";
-  int repeats = 5;  // timed prefills per architecture and sweep (after one warm-up)
-  int sweeps = 3;   // passes over all architectures; medians over the samples of every sweep
+  int repeats = 2;  // timed prefills per architecture and sweep (after one warm-up)
+  int sweeps = 5;   // passes over all architectures; each time is the fastest sweep's median
   int threads = 1;  // LibTorch intra-op threads (0: leave LibTorch's setting); 1 times by CPU time
   // "cpu" or "cuda:<index>": where the models run. On CUDA, latency is the wall clock around
   // synchronized kernels and memory the caching allocator's peak of allocated bytes.
@@ -75,6 +75,7 @@ struct ValidationRow {
   double predicted_memory_bytes = 0, measured_memory_bytes = 0;
   double weight_bytes = 0;  // predicted weights (part of predicted memory), for the report
   double wall_prefill_s = 0, wall_decode_s = 0;  // the same medians by the wall clock (waits for a core included)
+  std::vector<double> prefill_samples_s, decode_samples_s;  // every timed prefill / step, in the order measured
 };
 
 struct ValidationResult {

@@ -27,6 +27,9 @@ assert j["calibrated_on"]["cpu_model"] == model, (j["calibrated_on"], model)
 flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":", 1)[1].split()
 want = "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 assert j["calibrated_on"]["dtype"] == want, (j["calibrated_on"], want)  # --dtype auto
+# The cold model step was measured (a profile without it would be recalibrated when cached).
+assert j["decode_step"]["model_fixed_s"] >= 0, j["decode_step"]
+assert any(p["kind"] == "model_decode" for p in j["measurements"]["points"]), "no model_decode points"
 print("cached profile ok")
 PY
 python3 - "$T/report.json" <<'PY' || fail "report json"
@@ -39,6 +42,14 @@ for r in j["rows"]:
         assert r[k]["predicted"] > 0 and r[k]["measured"] > 0, (r["name"], k, r[k])
     # the measured peak holds at least the weights
     assert r["memory_bytes"]["measured"] >= r["weight_bytes"], r
+    # Every sample is kept, in sweep order; each time is its fastest sweep's median.
+    s = r["samples_s"]
+    assert len(s["prefill"]) == 2 * 2 and len(s["decode"]) == 2 * 4, (r["name"], s)
+    def fastest(v, per):
+        med = lambda x: sorted(x)[len(x) // 2] if len(x) % 2 else 0.5 * (sorted(x)[len(x) // 2 - 1] + sorted(x)[len(x) // 2])
+        return min(med(v[i:i + per]) for i in range(0, len(v), per))
+    assert abs(fastest(s["decode"], 4) - r["decode_s"]["measured"]) <= 1e-12, (r["name"], s["decode"], r["decode_s"])
+    assert abs(fastest(s["prefill"], 2) - r["prefill_s"]["measured"]) <= 1e-12, (r["name"], s["prefill"], r["prefill_s"])
 for k in ("prefill", "decode", "latency", "memory"):
     assert j["mape"][k] >= 0, j["mape"]
 # The profile's own GEMM points re-timed before and after the sweeps (machine speed check).

@@ -17,6 +17,7 @@
 #include "model/kernels_version.h"
 #include "model/layers/common.h"
 #include "search/costmodel/calibrate.h"
+#include "search/costmodel/cost_model.h"
 #include "search/costmodel/local_profile.h"
 #include "search/costmodel/profiles.h"
 #include "dist/cpu_features.h"
@@ -187,6 +188,30 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_TRUE(hr.decode.batched);
   EXPECT_DOUBLE_EQ(hr.decode.gemv_per_row_out, 4e-9);
   EXPECT_EQ(hardware_to_json(hr)["decode_step"], rows["decode_step"]);
+  // The model step's own term: absent (0, has_model_fixed false) or read and written back.
+  EXPECT_FALSE(hr.decode.has_model_fixed);
+  EXPECT_FALSE(hardware_to_json(hr)["decode_step"].contains("model_fixed_s"));
+  auto stepped = rows;
+  stepped["decode_step"]["model_fixed_s"] = 5.7e-4;
+  const HardwareProfile hs = hardware_from_json(stepped, "x.json");
+  EXPECT_TRUE(hs.decode.has_model_fixed);
+  EXPECT_DOUBLE_EQ(hs.decode.model_fixed, 5.7e-4);
+  EXPECT_EQ(hardware_to_json(hs)["decode_step"], stepped["decode_step"]);
+  // and it is charged once per decode step, whatever the batch.
+  ac::model::ArchSpec tiny;
+  tiny.hidden_size = 256, tiny.vocab_size = 4096, tiny.dtype = "bfloat16";
+  ac::model::LayerSpec l;
+  l.mlp = ac::model::MlpSpec{768, ac::model::MlpActivation::SwiGLU};
+  tiny.layers = {l, l};
+  Workload w;
+  w.id = "w", w.prompt_tokens = 64, w.output_tokens = 8, w.context_tokens = 72;
+  const EngineProfile eager = load_engine("local-eager", AC_SOURCE_DIR "/configs");
+  for (int64_t b : {1, 4}) {
+    w.concurrency = b;
+    EXPECT_NEAR(predict(tiny, hs, eager, w).tpot_s - predict(tiny, hr, eager, w).tpot_s, 5.7e-4, 1e-12) << b;
+  }
+  stepped["decode_step"]["model_fixed_s"] = -1;
+  EXPECT_THROW(hardware_from_json(stepped, "x.json"), ac::InputError);
   rows["decode_step"]["gemv_per_row_mac_s"] = -1;
   EXPECT_THROW(hardware_from_json(rows, "x.json"), ac::InputError);
   for (const char* field : {"mlp_fixed_s", "gemv_per_out_s"}) {
@@ -208,6 +233,37 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   bad = j;
   bad["decode_step"] = 3;
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+}
+
+TEST(CostCalibrate, FastestPassKeepsEachPointsFastestTime) {
+  auto pt = [](const char* kind, const char* shape, double s) {
+    CalibrationPoint p;
+    p.kind = kind, p.shape = shape, p.seconds = s;
+    return p;
+  };
+  // A slow spell in pass 0 for the first point, in pass 1 for the second: neither decides.
+  const std::vector<std::vector<CalibrationPoint>> passes = {
+      {pt("gemm", "1 x 512 -> 512", 3e-4), pt("gemv_decode", "h256", 1e-4)},
+      {pt("gemm", "1 x 512 -> 512", 2e-4), pt("gemv_decode", "h256", 2e-4)},
+      {pt("gemm", "1 x 512 -> 512", 2.5e-4), pt("gemv_decode", "h256", 1.1e-4)}};
+  const auto out = fastest_pass(passes);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_DOUBLE_EQ(out[0].seconds, 2e-4);
+  EXPECT_DOUBLE_EQ(out[1].seconds, 1e-4);
+  EXPECT_EQ(out[1].kind, "gemv_decode");
+  EXPECT_EQ(fastest_pass({passes[1]})[0].seconds, 2e-4);  // one pass: as measured
+  // Passes that measured other points are refused, naming the point.
+  auto bad = passes;
+  bad[2][1].shape = "h384";
+  try {
+    (void)fastest_pass(bad);
+    FAIL() << "misaligned passes accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("h384"), std::string::npos) << e.what();
+  }
+  bad = passes;
+  bad[1].pop_back();
+  EXPECT_THROW((void)fastest_pass(bad), std::invalid_argument);
 }
 
 TEST(CostCalibrate, BadOptions) {
