@@ -121,6 +121,11 @@ double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatc
   return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
 // Median time of f() over n calls, each after evict_cpu_caches() (not timed).
 template <typename F>
 double time_cold(F f, int n, const Stopwatch& clock) {
@@ -131,13 +136,7 @@ double time_cold(F f, int n, const Stopwatch& clock) {
     f();
     if (i > 0) t.push_back(clock.now() - a);
   }
-  std::sort(t.begin(), t.end());
-  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return median(std::move(t));
 }
 
 // A GEMM point as a model runs it: y = x W^T with W in the nn.Linear layout [out, in], each
@@ -786,7 +785,7 @@ double score_points(const HardwareProfile& h, std::vector<CalibrationPoint>& poi
 }  // namespace
 
 void evict_cpu_caches() {
-  static const torch::Tensor buffer = [] {
+  static torch::Tensor buffer = [] {
     int64_t llc = 0;
     for (int index = 3; index >= 2 && llc == 0; --index) {
       std::ifstream f("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
@@ -797,7 +796,7 @@ void evict_cpu_caches() {
     return torch::zeros({bytes / 4}, torch::kFloat32);
   }();
   torch::NoGradGuard no_grad;
-  const_cast<torch::Tensor&>(buffer).add_(1.0f);
+  buffer.add_(1.0f);
 }
 
 std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<CalibrationPoint>>& passes) {
