@@ -36,6 +36,7 @@ ResolvedHardware resolve_hardware(const HardwareArg& arg) {
     o.dtype = arg.dtype;
     o.threads = arg.threads;
     o.quick = arg.quick;
+    o.configs_dir = arg.configs_dir;
     o.memory_bytes = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
     const std::string path = search::local_profile_path(arg.cache_dir, cpu, o.dtype, o.threads);
     if (!arg.calibrate) {

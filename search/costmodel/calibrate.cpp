@@ -20,6 +20,7 @@
 #include "model/layers/mamba2.h"
 #include "model/kernels_version.h"
 #include "model/model.h"
+#include "search/costmodel/cost_model.h"
 #include "search/costmodel/formulas.h"
 
 namespace ac::search {
@@ -126,15 +127,16 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Median time of f() over n calls, each after evict_cpu_caches() (not timed).
+// Median time of f() over n calls, each after evict_cpu_caches() (not timed), after `warmup`
+// untimed calls that warm the code path up.
 template <typename F>
-double time_cold(F f, int n, const Stopwatch& clock) {
+double time_cold(F f, int n, const Stopwatch& clock, int warmup = 1) {
   std::vector<double> t;
-  for (int i = 0; i <= n; ++i) {  // call 0 warms the code path up and is not kept
+  for (int i = 0; i < warmup + n; ++i) {
     evict_cpu_caches();
     const double a = clock.now();
     f();
-    if (i > 0) t.push_back(clock.now() - a);
+    if (i >= warmup) t.push_back(clock.now() - a);
   }
   return median(std::move(t));
 }
@@ -380,34 +382,51 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
   }
 }
 
-// Whole decode steps of a one-block model (attention with GQA 2:1 and RoPE, SwiGLU MLP) at
-// chosen hidden and vocabulary sizes, 8 tokens cached, each step started from evicted caches as
-// a step of a model larger than the last-level cache starts: what a step costs beyond its
-// sublayers' pooled steps and the LM head's GEMM (the embedding lookup, final norm, logits, and
-// the cold code and page tables of its first kernels) is the `model_decode` term
-// (HardwareProfile::DecodeStepCost::model_fixed). Features: the attention step's {1, past x
-// kv_dim, past x q_dim}, then the FFN width.
+// `blocks` blocks of attention (GQA 2:1, RoPE, head dim 64) and a SwiGLU MLP at hidden size
+// h, FFN width ffn and vocabulary V: the models of the whole-model calibration points.
+constexpr int64_t kBlockHeadDim = 64;
+model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks) {
+  const int64_t heads = h / kBlockHeadDim;
+  int64_t kv = std::max<int64_t>(1, heads / 2);  // GQA: the largest KV count <= heads / 2 dividing heads
+  while (heads % kv != 0) --kv;
+  model::ArchSpec spec;
+  spec.hidden_size = h, spec.vocab_size = V, spec.max_position_embeddings = 4096;
+  model::LayerSpec l;
+  l.attention = model::AttentionSpec{int(heads), int(kv), int(kBlockHeadDim)};
+  l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
+  spec.layers.assign(size_t(blocks), l);
+  return spec;
+}
+// block_spec's model, weights initialised (seed 1), in eval mode.
+model::CausalLM block_model(const model::ArchSpec& spec, torch::Dtype dt) {
+  model::ModelOptions mo;
+  mo.dtype = dt;
+  model::CausalLM m(spec, model::TpGroup{}, mo);
+  m->init_weights(1);
+  m->eval();
+  return m;
+}
+
+// The model sizes of the whole-model points: hidden, ffn, vocabulary.
+std::vector<std::array<int64_t, 3>> model_sizes(bool quick) {
+  return quick ? std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 16384}}
+               : std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 4096}, {384, 1024, 16384}, {576, 1536, 49152}};
+}
+
+// Whole decode steps of a one-block model at chosen hidden and vocabulary sizes, 8 tokens
+// cached, each step started from evicted caches as a step of a model larger than the
+// last-level cache starts: what a step costs beyond its sublayers' pooled steps and the LM
+// head's GEMM (the embedding lookup, final norm, logits, and the cold code and page tables of
+// its first kernels) is the `model_decode` term (HardwareProfile::DecodeStepCost::model_fixed).
+// Features: the attention step's {1, past x kv_dim, past x q_dim}, then the FFN width.
 void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
                          std::vector<CalibrationPoint>& points) {
-  const std::vector<std::array<int64_t, 3>> sizes =  // hidden, ffn, vocabulary
-      o.quick ? std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 16384}}
-              : std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 4096}, {384, 1024, 16384}, {576, 1536, 49152}};
-  constexpr int64_t kPast = 8, kHeadDim = 64;
-  for (const auto& [h, ffn, V] : sizes) {
-    const int64_t heads = h / kHeadDim;
-    int64_t kv = std::max<int64_t>(1, heads / 2);  // GQA: the largest KV count <= heads / 2 dividing heads
-    while (heads % kv != 0) --kv;
-    model::ArchSpec spec;
-    spec.hidden_size = h, spec.vocab_size = V, spec.max_position_embeddings = 4096;
-    model::LayerSpec l;
-    l.attention = model::AttentionSpec{int(heads), int(kv), int(kHeadDim)};
-    l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
-    spec.layers = {l};
-    model::ModelOptions mo;
-    mo.dtype = dt;
-    model::CausalLM m(spec, model::TpGroup{}, mo);
-    m->init_weights(1);
-    m->eval();
+  constexpr int64_t kPast = 8;
+  for (const auto& [h, ffn, V] : model_sizes(o.quick)) {
+    const model::ArchSpec spec = block_spec(h, ffn, V, 1);
+    model::CausalLM m = block_model(spec, dt);
+    const model::LayerSpec& l = spec.layers[0];
+    const int64_t heads = l.attention->num_heads, kv = l.attention->num_kv_heads;
     model::InferenceCache filled;
     (void)m->forward(torch::randint(0, V, {1, kPast}, torch::kLong), &filled);
     const auto tok = torch::randint(0, V, {1, 1}, torch::kLong);
@@ -419,11 +438,75 @@ void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Sto
         o.quick ? 5 : 9, clock);
     add_point(points, "model_decode", "h" + std::to_string(h) + " ffn " + std::to_string(ffn) + " vocab " + std::to_string(V),
               0, 0, s);
-    const double qd = double(heads * kHeadDim), kvd = double(kv * kHeadDim), hd = double(h), f = double(ffn);
+    const double qd = double(heads * kBlockHeadDim), kvd = double(kv * kBlockHeadDim), hd = double(h), f = double(ffn);
     points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f};
     points.back().gemms = {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1},
                            {f, hd, 1},  {f, hd, 1},   {hd, f, 1},   {double(V), hd, 1}};
   }
+}
+
+// Whole prefills of one- and two-block models (block_model) from an empty cache and evicted
+// caches, timed as `cost validate` times a prefill (the layers, then the last token's logits):
+// the `model_prefill` points, whose time beyond the engine's prediction is the profile's
+// PrefillStepCost. Features: {prompt tokens, hidden, blocks, ffn, vocabulary}.
+constexpr int kPrefillWarmup = 6;
+void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
+                            std::vector<CalibrationPoint>& points) {
+  const std::vector<int64_t> prompts = o.quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512};
+  for (const auto& [h, ffn, V] : model_sizes(o.quick))
+    for (int blocks : {1, 2}) {
+      model::CausalLM m = block_model(block_spec(h, ffn, V, blocks), dt);
+      for (const int64_t p : prompts) {
+        const auto ids = torch::randint(0, V, {1, p}, torch::kLong);
+        const double s = time_cold(
+            [&] {
+              model::InferenceCache c = m->new_cache();
+              const auto hidden = m->hidden_states(ids, &c);
+              (void)m->logits_local(hidden.slice(1, p - 1, p));
+            },
+            o.quick ? 3 : 5, clock, kPrefillWarmup);
+        add_point(points, "model_prefill",
+                  std::to_string(blocks) + "x(h" + std::to_string(h) + " ffn " + std::to_string(ffn) + ") vocab " +
+                      std::to_string(V) + " prompt " + std::to_string(p),
+                  0, 0, s);
+        points.back().features = {double(p), double(h), double(blocks), double(ffn), double(V)};
+      }
+    }
+}
+
+// A model_prefill point's prediction by `engine` (one chunk, one sequence) on profile `hw`.
+double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f) {
+  const int64_t p = int64_t(f.at(0));
+  const model::ArchSpec spec = block_spec(int64_t(f.at(1)), int64_t(f.at(3)), int64_t(f.at(4)), int(f.at(2)));
+  EngineProfile e = engine;
+  e.max_num_batched_tokens = p, e.max_num_seqs = 1;
+  Workload w;
+  w.id = "calibrate";
+  w.prompt_tokens = p, w.output_tokens = 1, w.context_tokens = p + 1, w.concurrency = 1;
+  return predict(spec, hw, e, w).ttft_s;
+}
+
+// The prefill rest: each model_prefill point's time = the engine's prediction (the rest
+// excluded) + model_fixed + model_per_element x p h. Per model, not per sublayer: a term per
+// sublayer (fitted here on 1-2 blocks of attention + MLP) over-predicted the 24 validation
+// models' prefills by ~10% (their Mamba, MoE and deeper stacks do not miss as much per
+// sublayer; docs/costmodel.md "Cold prefills").
+void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine) {
+  std::vector<std::vector<double>> X;
+  std::vector<double> t, off;
+  HardwareProfile bare = h;
+  bare.prefill = HardwareProfile::PrefillStepCost{};
+  for (const auto& p : points)
+    if (p.kind == "model_prefill") {
+      const double elems = p.features[0] * p.features[1];
+      X.push_back({1.0, elems});
+      t.push_back(p.seconds);
+      off.push_back(model_prefill_seconds(bare, engine, p.features));
+    }
+  if (X.empty()) return;
+  const std::vector<double> c = fit_nonneg(X, t, off);
+  h.prefill.model_fixed = c[0], h.prefill.model_per_element = c[1];
+  h.prefill.measured = true;
 }
 
 // Decode steps: the one-row GEMM line, then each sublayer kind's rest with its GEMMs (and the
@@ -768,10 +851,11 @@ void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& p
 }
 
 // Each point's time by the fitted profile; the mean absolute percentage error.
-double score_points(const HardwareProfile& h, std::vector<CalibrationPoint>& points, double eb) {
+double score_points(const HardwareProfile& h, const EngineProfile& engine, std::vector<CalibrationPoint>& points, double eb) {
   double err = 0;
   for (auto& p : points) {
-    p.predicted_s = p.kind == "mamba_prefill" || p.kind == "mamba_step"
+    p.predicted_s = p.kind == "model_prefill" ? model_prefill_seconds(h, engine, p.features)
+                    : p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
                         ? decode_step_seconds(h, p.kind, p.features, p.gemms, eb)
@@ -839,6 +923,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     if (o.device == "cpu") measure_mamba_mixers(b, pts);
     if (o.device == "cpu") measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts);
     if (o.device == "cpu") measure_model_steps(po, dt, clock, pts);
+    if (o.device == "cpu") measure_model_prefills(po, dt, clock, pts);
     measure_copies(b, pts);
     measure_elementwise(b, pts);
     measure_dispatch(b, pts);
@@ -855,7 +940,10 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   fit_roofline(h, r.points, overhead);
   fit_mamba_mixers(h, r.points);
   fit_decode_steps(h, r.points, b.eb);
-  r.mape = score_points(h, r.points, b.eb);
+  // Last: the whole-model prefills' rest is what the fitted profile above leaves over.
+  const EngineProfile engine = load_engine(kPrefillEngine, o.configs_dir.empty() ? default_configs_dir() : o.configs_dir);
+  fit_model_prefills(h, r.points, engine);
+  r.mape = score_points(h, engine, r.points, b.eb);
   return r;
 }
 

@@ -26,7 +26,14 @@ struct CalibrationOptions {
   // slower for seconds at a time; one pass per point lets such a spell decide the profile.
   int passes = 3;
   int threads = 0;            // LibTorch intra-op threads (0: leave LibTorch's setting)
+  // Where the engine of the whole-model prefill points (kPrefillEngine) is read; empty: the
+  // installed configs (default_configs_dir()).
+  std::string configs_dir;
 };
+
+// The engine whose prediction the `model_prefill` points complete (HardwareProfile::
+// PrefillStepCost): this project's eager model code, the engine that runs on a CPU.
+inline constexpr const char* kPrefillEngine = "local-eager";
 
 // The clock calibration and validation time with. On a CPU with one intra-op thread it is the
 // process's CPU time (CLOCK_PROCESS_CPUTIME_ID): on a machine shared with other jobs the wall
@@ -41,7 +48,7 @@ struct Stopwatch {
 };
 
 struct CalibrationPoint {
-  std::string kind;   // gemm | attention | scan | memory
+  std::string kind;   // gemm | attention | scan | memory | ... | model_decode | model_prefill
   std::string shape;  // human-readable sizes
   double flops = 0, bytes = 0, seconds = 0;
   double predicted_s = 0;  // by the fitted profile

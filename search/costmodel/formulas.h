@@ -438,7 +438,9 @@ class Evaluator {
       const double s = std::min(tm, P - done);
       const S n = O::scalar(s, d.attn_keep);
       r.layer_prefill_s = r.layer_prefill_s + layers_time(n, O::scalar(1.0, d.attn_keep), s, done, false);
-      head = head + head_time(n, O::scalar(1.0, d.attn_keep), done + s >= P) + e_.step_overhead_s;
+      // + the measured rest of an eager prefill chunk (HardwareProfile::PrefillStepCost)
+      head = head + head_time(n, O::scalar(1.0, d.attn_keep), done + s >= P) + e_.step_overhead_s +
+             (hw_.prefill.model_fixed + n * h * hw_.prefill.model_per_element);
     }
     r.ttft_s = O::sum(r.layer_prefill_s) + head;
     // ---- TPOT: one decode step of B sequences at the mean context (prompt + half the output).

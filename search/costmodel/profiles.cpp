@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -140,6 +141,31 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
 bool optional_decode_field(const std::string& name) {
   return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s";
 }
+// The prefill_step block's JSON fields (HardwareProfile::PrefillStepCost), in file order.
+std::vector<std::pair<const char*, double*>> prefill_step_fields(HardwareProfile::PrefillStepCost& c) {
+  return {{"model_fixed_s", &c.model_fixed}, {"model_per_element_s", &c.model_per_element}};
+}
+
+// A block of measured costs at `key`: an object whose fields are `fields` (numbers >= 0, each
+// required unless `optional` says so) and nothing else.
+void read_cost_block(Fields& f, const json& j, const std::string& key, const std::string& what,
+                     const std::vector<std::pair<const char*, double*>>& fields,
+                     const std::function<bool(const std::string&)>& optional = {}) {
+  const json& x = j.at(key);
+  if (!x.is_object()) f.fail(key, "expected an object of " + what);
+  for (const auto& [name, ptr] : fields) {
+    if (!x.contains(name) && optional && optional(name)) continue;
+    if (!x.contains(name)) f.fail(key + "." + name, "missing");
+    const json& v = x.at(name);
+    if (!v.is_number() || !(v.get<double>() >= 0)) f.fail(key + "." + name, "must be a number >= 0");
+    *ptr = v.get<double>();
+  }
+  for (const auto& [k, v] : x.items()) {
+    bool known = false;
+    for (const auto& [name, ptr] : fields) known = known || k == name;
+    if (!known) f.fail(key + "." + k, "unknown field");
+  }
+}
 }  // namespace
 
 HardwareProfile hardware_from_json(const json& j, const std::string& path) {
@@ -166,47 +192,26 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   h.memory = curve(f, eff, "memory");
   h.elementwise = eff.contains("elementwise") ? curve(f, eff, "elementwise") : h.memory;
   if (f.has("mamba")) {
-    const json& x = j.at("mamba");
-    if (!x.is_object()) f.fail("mamba", "expected an object of measured Mamba mixer costs");
     auto& c = h.mamba;
-    const std::pair<const char*, double*> keys[] = {
-        {"per_flop_s", &c.per_flop}, {"per_quad_s", &c.per_quad}, {"per_lin_s", &c.per_lin}, {"fixed_s", &c.fixed},
-        {"step_per_state_s", &c.step_per_state}, {"step_per_lin_s", &c.step_per_lin}, {"step_fixed_s", &c.step_fixed}};
-    for (const auto& [name, ptr] : keys) {
-      if (!x.contains(name)) f.fail(std::string("mamba.") + name, "missing");
-      const json& v = x.at(name);
-      if (!v.is_number() || !(v.get<double>() >= 0)) f.fail(std::string("mamba.") + name, "must be a number >= 0");
-      *ptr = v.get<double>();
-    }
-    for (const auto& [k, v] : x.items()) {
-      bool known = false;
-      for (const auto& [name, ptr] : keys) known = known || k == name;
-      if (!known) f.fail("mamba." + k, "unknown field");
-    }
+    read_cost_block(f, j, "mamba", "measured Mamba mixer costs",
+                    {{"per_flop_s", &c.per_flop}, {"per_quad_s", &c.per_quad}, {"per_lin_s", &c.per_lin}, {"fixed_s", &c.fixed},
+                     {"step_per_state_s", &c.step_per_state}, {"step_per_lin_s", &c.step_per_lin}, {"step_fixed_s", &c.step_fixed}});
     c.measured = true;
   }
   if (f.has("decode_step")) {
-    const json& x = j.at("decode_step");
-    if (!x.is_object()) f.fail("decode_step", "expected an object of measured decode step costs");
     auto& c = h.decode;
-    for (const auto& [name, ptr] : decode_step_fields(c)) {
-      if (!x.contains(name) && optional_decode_field(name)) continue;
-      if (!x.contains(name)) f.fail(std::string("decode_step.") + name, "missing");
-      const json& v = x.at(name);
-      if (!v.is_number() || !(v.get<double>() >= 0)) f.fail(std::string("decode_step.") + name, "must be a number >= 0");
-      *ptr = v.get<double>();
-    }
-    for (const auto& [k, v] : x.items()) {
-      bool known = false;
-      for (const auto& [name, ptr] : decode_step_fields(c)) known = known || k == name;
-      if (!known) f.fail("decode_step." + k, "unknown field");
-    }
+    read_cost_block(f, j, "decode_step", "measured decode step costs", decode_step_fields(c), optional_decode_field);
+    const json& x = j.at("decode_step");
     if (!(c.gemv_fixed + c.gemv_per_byte + c.gemv_per_out > 0)) f.fail("decode_step.gemv_fixed_s", "the GEMM terms are all 0");
     // A profile fitted on one-row GEMMs only charged every row as a one-row GEMM's outputs.
     c.batched = x.contains("gemv_per_row_out_s") || x.contains("gemv_per_row_mac_s");
     c.has_model_fixed = x.contains("model_fixed_s");
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
+  }
+  if (f.has("prefill_step")) {
+    read_cost_block(f, j, "prefill_step", "measured whole-model prefill costs", prefill_step_fields(h.prefill));
+    h.prefill.measured = true;
   }
   if (f.has("interconnect")) {  // optional, for training plans (search/plan/plan.h)
     const json& x = j.at("interconnect");
@@ -311,6 +316,12 @@ json hardware_to_json(const HardwareProfile& h) {
       if (!optional_decode_field(name) || (std::string(name) == "model_fixed_s" ? c.has_model_fixed : c.batched))
         x[name] = *ptr;
     j["decode_step"] = x;
+  }
+  if (h.prefill.measured) {
+    auto c = h.prefill;
+    json x = json::object();
+    for (const auto& [name, ptr] : prefill_step_fields(c)) x[name] = *ptr;
+    j["prefill_step"] = x;
   }
   return j;
 }

@@ -87,6 +87,16 @@ struct HardwareProfile {
     double model_fixed = 0;
     bool has_model_fixed = false;
   } decode;
+  // Measured rest of an eager prefill, CPU profiles only: what a whole model's prefill from
+  // cold caches takes beyond the operators the formulas price (fitted by `cost calibrate` on
+  // one- and two-block models against the local-eager engine's prediction; docs/costmodel.md
+  // "Cold prefills"): per prefill chunk of s tokens at hidden size h, model_fixed +
+  // model_per_element x s h. `measured` false (GPU and literature profiles, CPU profiles from
+  // before it): nothing charged.
+  struct PrefillStepCost {
+    bool measured = false;
+    double model_fixed = 0, model_per_element = 0;
+  } prefill;
   // The profile's own calibration measurements ("kind shape" -> median seconds, from the
   // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):
   // `cost validate` re-times a few of them to say how fast this machine runs now.

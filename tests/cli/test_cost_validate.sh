@@ -30,6 +30,9 @@ assert j["calibrated_on"]["dtype"] == want, (j["calibrated_on"], want)  # --dtyp
 # The cold model step was measured (a profile without it would be recalibrated when cached).
 assert j["decode_step"]["model_fixed_s"] >= 0, j["decode_step"]
 assert any(p["kind"] == "model_decode" for p in j["measurements"]["points"]), "no model_decode points"
+# ... and the cold whole-model prefill's rest (PrefillStepCost), fitted on model_prefill points.
+assert all(j["prefill_step"][k] >= 0 for k in ("model_fixed_s", "model_per_element_s")), j
+assert any(p["kind"] == "model_prefill" for p in j["measurements"]["points"]), "no model_prefill points"
 print("cached profile ok")
 PY
 python3 - "$T/report.json" <<'PY' || fail "report json"

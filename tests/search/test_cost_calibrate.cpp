@@ -83,6 +83,15 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_FALSE(lp.calibrated);
   EXPECT_EQ(lp.path, path);
   EXPECT_DOUBLE_EQ(lp.profile.peak_flops, h.peak_flops);
+  // A profile cached before whole-model prefills were timed is recalibrated, saying why.
+  nlohmann::json older = r.to_json();
+  older.erase("prefill_step");
+  std::ofstream(path) << older.dump();
+  std::string why;
+  const LocalProfile re = local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
+  EXPECT_TRUE(re.calibrated);
+  EXPECT_NE(why.find("no cold model prefill"), std::string::npos) << why;
+  EXPECT_TRUE(re.profile.prefill.measured);
   std::filesystem::remove_all(cache);
   // A GEMM shape outside the fitted set is predicted within a factor of 5 (the CI machine is
   // 2 cores shared by several builds: this catches unit and fitting errors, not noise). Timed
@@ -146,6 +155,15 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   auto v8 = torch::randn({8, 1, 1024}, dt);
   const double gv8 = fastest(9, [&] { (void)ac::model::apply_linear(v8, W); });
   expect_within(decode_step_seconds(h, "gemv", {}, {{640, 1024, 8}}, eb), gv8, 4.0);
+  // Whole-model prefills are timed and their rest fitted against local-eager's prediction:
+  // each model_prefill point's prediction (the rest included) is within 2x of its time.
+  ASSERT_TRUE(h.prefill.measured);
+  EXPECT_TRUE(back.prefill.measured);
+  EXPECT_DOUBLE_EQ(back.prefill.model_per_element, h.prefill.model_per_element);
+  int prefills = 0;
+  for (const CalibrationPoint& p : r.points)
+    if (p.kind == "model_prefill") ++prefills, expect_within(p.predicted_s, p.seconds, 2.0);
+  EXPECT_EQ(prefills, 4);  // quick: two sizes, one and two blocks, one prompt length
 }
 
 TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
@@ -232,6 +250,57 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
   bad = j;
   bad["decode_step"] = 3;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+}
+
+TEST(CostCalibrate, PrefillStepCostFieldsAreChecked) {
+  nlohmann::json j = hardware_to_json(load_hardware("b200", AC_SOURCE_DIR "/configs"));
+  const HardwareProfile bare = hardware_from_json(j, "b200.json");
+  EXPECT_FALSE(bare.prefill.measured);  // GPU profiles: nothing charged
+  EXPECT_FALSE(hardware_to_json(bare).contains("prefill_step"));
+  j["prefill_step"] = {{"model_fixed_s", 2e-4}, {"model_per_element_s", 6e-9}};
+  const HardwareProfile h = hardware_from_json(j, "x.json");
+  EXPECT_TRUE(h.prefill.measured);
+  EXPECT_DOUBLE_EQ(h.prefill.model_per_element, 6e-9);
+  EXPECT_EQ(hardware_to_json(h)["prefill_step"], j["prefill_step"]);
+  // Charged per prefill chunk of s tokens: model_fixed + s h model_per_element, whatever the
+  // layers; the decode step is unchanged.
+  ac::model::ArchSpec spec;
+  spec.hidden_size = 256, spec.vocab_size = 4096, spec.dtype = "bfloat16";
+  ac::model::LayerSpec l;
+  l.attention = ac::model::AttentionSpec{4, 2, 64};
+  l.mlp = ac::model::MlpSpec{768, ac::model::MlpActivation::SwiGLU};
+  ac::model::LayerSpec skipped = l;
+  skipped.mlp.reset();
+  spec.layers = {l, skipped};
+  Workload w;
+  w.id = "w", w.prompt_tokens = 96, w.output_tokens = 8, w.context_tokens = 104, w.concurrency = 1;
+  EngineProfile eager = load_engine("local-eager", AC_SOURCE_DIR "/configs");
+  eager.max_num_seqs = 1;
+  for (int64_t chunk : {96, 32}) {  // one chunk; three chunks of 32
+    eager.max_num_batched_tokens = chunk;
+    const double chunks = 96.0 / double(chunk), elems = 96.0 * 256;
+    EXPECT_NEAR(predict(spec, h, eager, w).ttft_s - predict(spec, bare, eager, w).ttft_s,
+                chunks * 2e-4 + elems * 6e-9, 1e-12) << chunk;
+    EXPECT_DOUBLE_EQ(predict(spec, h, eager, w).tpot_s, predict(spec, bare, eager, w).tpot_s);
+  }
+  for (const char* field : {"model_fixed_s", "model_per_element_s"}) {
+    auto bad = j;
+    bad["prefill_step"][field] = -1;
+    try {
+      hardware_from_json(bad, "x.json");
+      ADD_FAILURE() << field;
+    } catch (const ac::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("prefill_step.") + field), std::string::npos) << e.what();
+    }
+    bad = j;
+    bad["prefill_step"].erase(field);
+    EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  }
+  auto bad = j;
+  bad["prefill_step"]["per_layer_s"] = 1e-4;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  bad["prefill_step"] = "fast";
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
 }
 
