@@ -183,6 +183,24 @@ TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
 }
 
+namespace {
+// A profile JSON `j` with `block.field` negative is refused naming "block.field", and without
+// the field refused too.
+void expect_field_checked(const nlohmann::json& j, const std::string& block, const std::string& field) {
+  auto bad = j;
+  bad[block][field] = -1;
+  try {
+    hardware_from_json(bad, "x.json");
+    ADD_FAILURE() << block << "." << field;
+  } catch (const ac::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(block + "." + field), std::string::npos) << e.what();
+  }
+  bad = j;
+  bad[block].erase(field);
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError) << block << "." << field;
+}
+}  // namespace
+
 TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   nlohmann::json j = hardware_to_json(load_hardware("b200", AC_SOURCE_DIR "/configs"));
   EXPECT_FALSE(hardware_from_json(j, "b200.json").decode.measured);  // GPU profiles: the curves
@@ -232,19 +250,7 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_THROW(hardware_from_json(stepped, "x.json"), ac::InputError);
   rows["decode_step"]["gemv_per_row_mac_s"] = -1;
   EXPECT_THROW(hardware_from_json(rows, "x.json"), ac::InputError);
-  for (const char* field : {"mlp_fixed_s", "gemv_per_out_s"}) {
-    auto bad = j;
-    bad["decode_step"][field] = -1;
-    try {
-      hardware_from_json(bad, "x.json");
-      ADD_FAILURE() << field;
-    } catch (const ac::InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("decode_step.") + field), std::string::npos) << e.what();
-    }
-    bad = j;
-    bad["decode_step"].erase(field);
-    EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
-  }
+  for (const char* field : {"mlp_fixed_s", "gemv_per_out_s"}) expect_field_checked(j, "decode_step", field);
   auto bad = j;
   bad["decode_step"]["per_layer_s"] = 1e-4;
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
@@ -284,19 +290,7 @@ TEST(CostCalibrate, PrefillStepCostFieldsAreChecked) {
                 chunks * 2e-4 + elems * 6e-9, 1e-12) << chunk;
     EXPECT_DOUBLE_EQ(predict(spec, h, eager, w).tpot_s, predict(spec, bare, eager, w).tpot_s);
   }
-  for (const char* field : {"model_fixed_s", "model_per_element_s"}) {
-    auto bad = j;
-    bad["prefill_step"][field] = -1;
-    try {
-      hardware_from_json(bad, "x.json");
-      ADD_FAILURE() << field;
-    } catch (const ac::InputError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("prefill_step.") + field), std::string::npos) << e.what();
-    }
-    bad = j;
-    bad["prefill_step"].erase(field);
-    EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
-  }
+  for (const char* field : {"model_fixed_s", "model_per_element_s"}) expect_field_checked(j, "prefill_step", field);
   auto bad = j;
   bad["prefill_step"]["per_layer_s"] = 1e-4;
   EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
