@@ -45,6 +45,17 @@ SEARCH_DIR = {"autocompress": "search", "minitron": "minitron"}
 NOTES_MARK = "<!-- notes: kept by kd_study.py -->"
 
 
+def command_line(a):
+    """The study's command as run: every setting that decides its numbers (the overrides too)."""
+    words = ["python3", "scripts/kd_study.py", "--target", a.target, "--seeds", a.seeds, "--steps", str(a.steps),
+             "--points", ",".join(str(p) for p in a.point_list[:-1]), "--limit", str(a.limit),
+             "--out", os.path.relpath(a.out, REPO) if os.path.isabs(a.out) else a.out,
+             "--results", os.path.relpath(a.results, REPO) if os.path.isabs(a.results) else a.results]
+    for kv in a.set or []:
+        words += ["--set", kv]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def die(msg, rc=2):
     print(f"{PROG}: error: {msg}", file=sys.stderr)
     sys.exit(rc)
@@ -294,8 +305,7 @@ def build_page(cells, data, teacher, a, plot_name):
              f"(rc_0shot, lm-eval scoring, the first {a.limit} documents of each task by doc_id); eval loss and KL "
              f"on {a.eval_samples} samples of {a.eval_seq_len} tokens of the run's eval split. Mean ± sample standard "
              f"deviation over the seeds.", "",
-             f"Command: `python3 scripts/kd_study.py --target {a.target} --seeds {a.seeds} --steps {a.steps} "
-             f"--points {','.join(str(p) for p in a.point_list[:-1])} --limit {a.limit}`", ""]
+             f"Command: `{command_line(a)}`", ""]
     if teacher:
         tm = teacher["tasks"].get("mean")
         lines += [f"Teacher: mean accuracy {100 * tm:.1f}% on the same documents." if tm else "", ""]

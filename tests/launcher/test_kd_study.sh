@@ -44,6 +44,9 @@ for r in rows:
     cells = [c.strip() for c in r.strip("|").split("|")]
     assert all(c and c != "-" for c in cells), f"an empty column in {r}"
 assert "AutoCompress − Minitron" in text and "one seed" in text
+# The page's command reproduces the study: its overrides and paths included.
+cmd = next(l for l in text.splitlines() if l.startswith("Command: "))
+assert "--set search.steps=4" in cmd and "--seeds 1" in cmd and "--limit 4" in cmd and "--out " in cmd, cmd
 b = open(png, "rb").read()
 assert b[:8] == b"\x89PNG\r\n\x1a\n" and len(b) > 10000, "not a PNG"
 PYEOF
