@@ -17,8 +17,10 @@ learning-rate schedule is the long run's (cosine to STEPS), not a short run's.
 Then per method and point (the pruned student before distillation, each POINT and STEPS):
     eval --model CKPT --data D --teacher T --seq-len 512 --samples N --json   (loss, KL)
     eval --model CKPT --tasks core8 --limit L --json                           (accuracies)
-each written to OUT/<cell>/study/<method>-<point>.json (atomically; a point done is never
-recomputed). The teacher's task scores are computed once per study (OUT/teacher-tasks.json).
+each written to OUT/<cell>/study/<method>-<point>.json (atomically, with the scoring settings:
+--limit, --tasks, --eval-samples, --eval-seq-len; a point done is never recomputed, and a run or
+report asking other settings of it exits 2 naming the file). The teacher's task scores are
+computed once per study (OUT/teacher-tasks.json).
 
 RESULTS (docs/kd_study.md) and the plot beside it (.png: mean accuracy and eval loss against KD
 tokens, both methods, each seed and the mean) are written from those files alone.
@@ -162,9 +164,31 @@ def eval_cmd(a, w, model):
     return cmd + (["--tokenizer", w["tokenizer"]] if w["tokenizer"] else [])
 
 
+def scoring_settings(a):
+    """What decides a point's numbers besides its checkpoint (recorded in every point file)."""
+    return {"limit": a.limit, "tasks": a.tasks, "eval_samples": a.eval_samples, "eval_seq_len": a.eval_seq_len}
+
+
+def reusable(path, a):
+    """True when `path` holds a point (or the teacher's scores) made with this run's settings;
+    exit 2 naming the file and the setting when it was made with others: a finished point is
+    never recomputed, and never passed off as scored another way."""
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        rec = json.load(f)
+    # Files from before `settings` was recorded hold `limit` only (tasks core8, 32 x 512 tokens).
+    have = rec.get("settings", {"limit": rec.get("limit")})
+    for key, want in scoring_settings(a).items():
+        if key in have and have[key] != want:
+            die(f"{path}: scored with --{key.replace('_', '-')} {have[key]}, this run asks {want}; "
+                f"use another --out (or remove the file to score it again)")
+    return True
+
+
 def score_point(cell, method, point, a):
     out = os.path.join(cell.dir, "study", f"{method}-{point}.json")
-    if os.path.exists(out):
+    if reusable(out, a):
         return 0
     ck = checkpoint_of(cell, method, point)
     if not os.path.exists(ck):
@@ -183,7 +207,7 @@ def score_point(cell, method, point, a):
         return rc or 1
     rec = {"cell": cell.name, "seed": cell.seed, "method": method, "step": point, "checkpoint": ck,
            "tokens": 0 if point == 0 else tokens_at(cell, method, point), "lm": lm, "tasks": tasks.get("tasks", tasks),
-           "limit": a.limit, "seconds": round(time.time() - t0, 1)}
+           "limit": a.limit, "settings": scoring_settings(a), "seconds": round(time.time() - t0, 1)}
     write_json(out, rec)
     print(f"  {cell.name} {TITLE[method]} step {point}: loss {lm.get('loss')}, mean acc "
           f"{rec['tasks'].get('mean')} ({rec['seconds']:.0f} s)", flush=True)
@@ -192,14 +216,14 @@ def score_point(cell, method, point, a):
 
 def teacher_tasks(cell, a):
     out = os.path.join(a.out, "teacher-tasks.json")
-    if os.path.exists(out):
+    if reusable(out, a):
         return 0
     w = wiring(cell)
     res, rc = run_json(eval_cmd(a, w, w["teacher"]) + ["--tasks", a.tasks, "--limit", str(a.limit)],
                        os.path.join(a.out, "teacher.study.log"))
     if res is None:
         return rc or 1
-    write_json(out, {"limit": a.limit, "tasks": res.get("tasks", res)})
+    write_json(out, {"limit": a.limit, "settings": scoring_settings(a), "tasks": res.get("tasks", res)})
     print(f"  teacher: mean acc {res.get('tasks', res).get('mean')}", flush=True)
     return 0
 
@@ -244,7 +268,8 @@ def collect(cells, a):
     for c in cells:
         for m in METHODS:
             for p in [0] + a.point_list:
-                rec = run_grid.read_json(os.path.join(c.dir, "study", f"{m}-{p}.json"))
+                path = os.path.join(c.dir, "study", f"{m}-{p}.json")
+                rec = run_grid.read_json(path) if reusable(path, a) else None
                 if rec:
                     data.setdefault((m, p), []).append(rec)
     return data
@@ -366,7 +391,8 @@ def make_plot(plt, data, a, path):
 
 def write_results(cells, a, plt):
     data = collect(cells, a)
-    teacher = run_grid.read_json(os.path.join(a.out, "teacher-tasks.json"))
+    path = os.path.join(a.out, "teacher-tasks.json")
+    teacher = run_grid.read_json(path) if reusable(path, a) else None
     png = os.path.splitext(a.results)[0] + ".png"
     plot_name = None
     if plt is not None and data:

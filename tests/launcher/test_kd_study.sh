@@ -5,7 +5,9 @@
 #  - the points are checkpoints of that one run (step numbers asserted; no other step_N.h5);
 #  - both methods got the same KD tokens at each point (from metrics.jsonl);
 #  - the page has a row per method and point with every column filled, the difference table,
-#    and a valid PNG; a rerun scores nothing again (the point files are untouched).
+#    and a valid PNG; a rerun scores nothing again (the point files are untouched);
+#  - a rerun or --report-only with other scoring settings (--limit, --eval-samples) exits 2
+#    naming the point file and the option, rescoring nothing.
 source "$AC_SOURCE_DIR/tests/launcher/run_common.sh"
 rm -rf "$T/scfg" "$T/study" "$T/study.md" "$T/study.png"
 make_teacher
@@ -57,4 +59,18 @@ timeout 120 "${STUDY[@]}" >"$T/study2.log" 2>&1 || { cat "$T/study2.log"; fail "
 after=$(stat -c %Y "$R"/study/*.json | sort | tr '\n' ' ')
 [ "$before" = "$after" ] || fail "a rerun rescored a point"
 grep -q "run complete" "$T/study2.log" || { cat "$T/study2.log"; fail "the rerun reran the cell"; }
+# Points scored one way are not reused, nor reported, as scored another way: exit 2 naming the
+# file and the option, nothing rescored.
+OTHER=("${STUDY[@]}")
+for i in "${!OTHER[@]}"; do [ "${OTHER[$i]}" = "--limit" ] && OTHER[$((i + 1))]=3; done
+rc=0
+timeout 120 "${OTHER[@]}" >"$T/study3.log" 2>&1 || rc=$?
+[ $rc -eq 2 ] || { cat "$T/study3.log"; fail "another --limit: exit $rc, expected 2"; }
+grep -q "scored with --limit 4, this run asks 3" "$T/study3.log" || { cat "$T/study3.log"; fail "no message naming --limit"; }
+[ "$before" = "$(stat -c %Y "$R"/study/*.json | sort | tr '\n' ' ')" ] || fail "another --limit rescored a point"
+for i in "${!OTHER[@]}"; do [ "${OTHER[$i]}" = "--limit" ] && OTHER[$((i + 1))]=4; done
+OTHER+=(--report-only --eval-samples 3)
+rc=0
+timeout 120 "${OTHER[@]}" >"$T/study4.log" 2>&1 || rc=$?
+[ $rc -eq 2 ] && grep -q "scored with --eval-samples 2, this run asks 3" "$T/study4.log" || { cat "$T/study4.log"; fail "--report-only with another --eval-samples: exit $rc"; }
 echo "PASS launcher.kd_study"
