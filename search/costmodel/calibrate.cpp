@@ -27,6 +27,13 @@ namespace ac::search {
 
 using nlohmann::json;
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows) {
   if (kind == "dispatch") return hw.kernel_overhead_s;
   if (kind == "memory") return (bytes + hw.memory.half) / (hw.memory_bandwidth * hw.memory.max) + hw.kernel_overhead_s;
@@ -118,13 +125,7 @@ double time_it(F f, const torch::Device& dev, double min_seconds, const Stopwatc
     total += s;
     if (t.size() >= 200) break;
   }
-  std::sort(t.begin(), t.end());
-  return t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  return median(std::move(t));
 }
 
 // Median time of f() over n calls, each after evict_cpu_caches() (not timed), after `warmup`
@@ -476,14 +477,8 @@ void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const 
 
 // A model_prefill point's prediction by `engine` (one chunk, one sequence) on profile `hw`.
 double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f) {
-  const int64_t p = int64_t(f.at(0));
   const model::ArchSpec spec = block_spec(int64_t(f.at(1)), int64_t(f.at(3)), int64_t(f.at(4)), int(f.at(2)));
-  EngineProfile e = engine;
-  e.max_num_batched_tokens = p, e.max_num_seqs = 1;
-  Workload w;
-  w.id = "calibrate";
-  w.prompt_tokens = p, w.output_tokens = 1, w.context_tokens = p + 1, w.concurrency = 1;
-  return predict(spec, hw, e, w).ttft_s;
+  return predict_prompt(spec, hw, engine, int64_t(f.at(0)), 1).ttft_s;
 }
 
 // The prefill rest: each model_prefill point's time = the engine's prediction (the rest

@@ -74,6 +74,10 @@ CalibrationResult calibrate(const CalibrationOptions& options);
 // passes do not line up.
 std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<CalibrationPoint>>& passes);
 
+// The median of `v` (the mean of the middle two for an even count; 0 when empty): the typical
+// time calibration and validation keep of repeated timings.
+double median(std::vector<double> v);
+
 // Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
 // `rows`: a GEMM's rows (0: many, no matrix-vector penalty).
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);

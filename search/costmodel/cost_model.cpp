@@ -2,6 +2,7 @@
 // fit verdict and the report.
 #include "search/costmodel/cost_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -43,6 +44,20 @@ std::string gib(double bytes) {
   return b;
 }
 }  // namespace
+
+Prediction predict_prompt(const model::ArchSpec& spec, const HardwareProfile& hw, const EngineProfile& engine,
+                          int64_t prompt_tokens, int64_t output_tokens, int64_t batch) {
+  Workload w;
+  w.id = "one-prompt";
+  w.prompt_tokens = prompt_tokens;
+  w.output_tokens = output_tokens;
+  w.context_tokens = prompt_tokens + output_tokens;
+  w.concurrency = batch;
+  EngineProfile e = engine;
+  e.max_num_batched_tokens = std::min(e.max_num_batched_tokens, prompt_tokens);
+  e.max_num_seqs = batch;
+  return predict(spec, hw, e, w);
+}
 
 Prediction predict(const model::ArchSpec& spec, const HardwareProfile& hw, const EngineProfile& engine,
                    const Workload& w) {

@@ -48,4 +48,11 @@ struct Prediction {
 Prediction predict(const model::ArchSpec& spec, const HardwareProfile& hw, const EngineProfile& engine,
                    const Workload& workload);
 
+// One prompt of `prompt_tokens` prefilled in one chunk (the engine's chunk capped at the prompt:
+// an eager engine has no fixed profile run, its activations peak at the prompt it runs), then
+// `batch` sequences decoding `output_tokens` together at the mean context: the engine as
+// `cost validate` measures it and as calibration's whole-model prefill points time it.
+Prediction predict_prompt(const model::ArchSpec& spec, const HardwareProfile& hw, const EngineProfile& engine,
+                          int64_t prompt_tokens, int64_t output_tokens, int64_t batch = 1);
+
 }  // namespace ac::search

@@ -28,11 +28,6 @@ namespace ac::search {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 model::ArchSpec base_spec(int64_t hidden) {
   model::ArchSpec s;
@@ -148,12 +143,6 @@ std::vector<ValidationCase> validation_architectures() {
                                    L({}, mamba(4, 32, 16, 1), {}, {}), L({}, {}, mlp(256, r2), {})});
   for (auto& c : out) model::validate(c.spec, c.name);
   return out;
-}
-
-EngineProfile engine_for_validation(EngineProfile e, int64_t prompt_tokens) {
-  e.max_num_batched_tokens = std::min(e.max_num_batched_tokens, prompt_tokens);
-  e.max_num_seqs = 1;
-  return e;
 }
 
 ValidationCase validation_case_from_file(const std::string& path) {
@@ -313,21 +302,6 @@ void measure_case(const ValidationCase& c, const ValidationOptions& o, const Tim
   measure_regimes(m, spec, o, timer, dev, sweep, sm);
 }
 
-// The prediction for one regime: one prompt of `prompt` tokens prefilled in one chunk, then
-// `batch` sequences decoding together at the mean context.
-Prediction predict_regime(const model::ArchSpec& spec, const HardwareProfile& hw, const EngineProfile& engine_in,
-                          const ValidationOptions& o, int64_t prompt, int64_t batch) {
-  Workload w;
-  w.id = "validate";
-  w.prompt_tokens = prompt;
-  w.output_tokens = o.decode_steps;
-  w.context_tokens = prompt + o.decode_steps;
-  w.concurrency = batch;
-  EngineProfile engine = engine_for_validation(engine_in, prompt);
-  engine.max_num_seqs = batch;
-  return predict(spec, hw, engine, w);
-}
-
 ErrorSummary summarize(const std::string& key, const std::vector<const RegimeRow*>& rows) {
   ErrorSummary e;
   e.key = key;
@@ -368,7 +342,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   torch::NoGradGuard no_grad;
   ValidationResult r;
   r.hardware = hw.id;
-  r.engine = engine_for_validation(engine_in, o.prompt_tokens).id;
+  r.engine = engine_in.id;
   r.options = o;
   if (o.threads > 0) dist::set_compute_threads(o.threads);
   r.threads = torch::get_num_threads();
@@ -394,7 +368,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     const Samples& sm = samples[ci];
     model::ArchSpec spec = cases[ci].spec;
     spec.dtype = o.dtype;
-    const Prediction p = predict_regime(spec, hw, engine_in, o, o.prompt_tokens, 1);
+    const Prediction p = predict_prompt(spec, hw, engine_in, o.prompt_tokens, o.decode_steps);
     ValidationRow row;
     row.name = cases[ci].name;
     for (const auto& l : spec.layers) row.kinds += model::layer_kind(l);
@@ -412,7 +386,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     r.rows.push_back(row);
     // The regime rows: the base row's two, then the others measured.
     auto add = [&](int64_t prompt, int64_t batch, bool decode, double measured) {
-      const Prediction q = prompt == o.prompt_tokens && batch == 1 ? p : predict_regime(spec, hw, engine_in, o, prompt, batch);
+      const Prediction q = prompt == o.prompt_tokens && batch == 1 ? p : predict_prompt(spec, hw, engine_in, prompt, o.decode_steps, batch);
       RegimeRow x;
       x.name = row.name, x.kinds = row.kinds, x.prompt_tokens = prompt, x.concurrency = batch, x.decode = decode;
       x.regime = decode ? tpot_regime(batch) : ttft_regime(prompt);

@@ -97,10 +97,6 @@ struct ValidationResult {
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
 };
 
-// The engine as measured: one sequence, prefilled in one chunk of the prompt (an eager
-// engine has no fixed profile run; its activations peak at the prompt it runs).
-EngineProfile engine_for_validation(EngineProfile engine, int64_t prompt_tokens);
-
 ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine,
                                      const ValidationOptions& options, const std::vector<ValidationCase>& cases);
 

@@ -184,20 +184,27 @@ TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
 }
 
 namespace {
-// A profile JSON `j` with `block.field` negative is refused naming "block.field", and without
-// the field refused too.
-void expect_field_checked(const nlohmann::json& j, const std::string& block, const std::string& field) {
-  auto bad = j;
-  bad[block][field] = -1;
-  try {
-    hardware_from_json(bad, "x.json");
-    ADD_FAILURE() << block << "." << field;
-  } catch (const ac::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find(block + "." + field), std::string::npos) << e.what();
+// A profile JSON `j` with any of `fields` of `block` negative is refused naming "block.field",
+// and without the field refused too; so is the block with an unknown field, or not an object.
+void expect_block_checked(const nlohmann::json& j, const std::string& block, const std::vector<std::string>& fields) {
+  for (const std::string& field : fields) {
+    auto bad = j;
+    bad[block][field] = -1;
+    try {
+      hardware_from_json(bad, "x.json");
+      ADD_FAILURE() << block << "." << field;
+    } catch (const ac::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(block + "." + field), std::string::npos) << e.what();
+    }
+    bad = j;
+    bad[block].erase(field);
+    EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError) << block << "." << field;
   }
-  bad = j;
-  bad[block].erase(field);
-  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError) << block << "." << field;
+  auto bad = j;
+  bad[block]["per_layer_s"] = 1e-4;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError) << block << ": unknown field";
+  bad[block] = 3;
+  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError) << block << ": not an object";
 }
 }  // namespace
 
@@ -250,13 +257,7 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_THROW(hardware_from_json(stepped, "x.json"), ac::InputError);
   rows["decode_step"]["gemv_per_row_mac_s"] = -1;
   EXPECT_THROW(hardware_from_json(rows, "x.json"), ac::InputError);
-  for (const char* field : {"mlp_fixed_s", "gemv_per_out_s"}) expect_field_checked(j, "decode_step", field);
-  auto bad = j;
-  bad["decode_step"]["per_layer_s"] = 1e-4;
-  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
-  bad = j;
-  bad["decode_step"] = 3;
-  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  expect_block_checked(j, "decode_step", {"mlp_fixed_s", "gemv_per_out_s"});
 }
 
 TEST(CostCalibrate, PrefillStepCostFieldsAreChecked) {
@@ -290,12 +291,7 @@ TEST(CostCalibrate, PrefillStepCostFieldsAreChecked) {
                 chunks * 2e-4 + elems * 6e-9, 1e-12) << chunk;
     EXPECT_DOUBLE_EQ(predict(spec, h, eager, w).tpot_s, predict(spec, bare, eager, w).tpot_s);
   }
-  for (const char* field : {"model_fixed_s", "model_per_element_s"}) expect_field_checked(j, "prefill_step", field);
-  auto bad = j;
-  bad["prefill_step"]["per_layer_s"] = 1e-4;
-  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
-  bad["prefill_step"] = "fast";
-  EXPECT_THROW(hardware_from_json(bad, "x.json"), ac::InputError);
+  expect_block_checked(j, "prefill_step", {"model_fixed_s", "model_per_element_s"});
 }
 
 TEST(CostCalibrate, FastestPassKeepsEachPointsFastestTime) {
