@@ -45,11 +45,15 @@ else
   BUDGET=0
 fi
 STEPS=$(( (KD_TOKENS + SEQ * MB - 1) / (SEQ * MB) ))
+# Both methods score each candidate after the same short KD: micro-batch 2 x SEARCH_SEQ for both
+# here (the CPU configs give the search 64-token and Minitron 128-token samples, so 40 and 20 steps).
+SCORE_KD=$(( TINY ? 2 : 40 ))
 SETS=(--set distill.steps=$STEPS --set distill.seq-len=$SEQ --set distill.micro-batch=$MB
       --set distill.eval-interval=$(( STEPS / 4 > 0 ? STEPS / 4 : 1 )) --set distill.save-interval=$(( STEPS / 4 > 0 ? STEPS / 4 : 1 ))
       --set importance.calib-samples=$CALIB --set importance.seq-len=$SEQ
       --set search.steps=$SEARCH_STEPS --set search.seq-len=$SEARCH_SEQ
       --set minitron.score-samples=$SCORE --set minitron.seq-len=$SEARCH_SEQ
+      --set search.score-kd-steps=$SCORE_KD --set minitron.score-kd-steps=$SCORE_KD
       --set eval.samples=$EVAL_SAMPLES --set eval.seq-len=$SEQ --set eval.tasks=$TASKS --set eval.limit=$LIMIT)
 echo "gpu_grid: $STEPS KD steps x $MB x $SEQ = $((STEPS * MB * SEQ)) tokens per student, tasks $TASKS (limit $LIMIT: 0 = all), budget ${BUDGET} s"
 

@@ -29,4 +29,12 @@ for r in rows[:2]:
     assert all(c and c != "-" for c in cells), f"an empty column in {r}"
 assert "accuracy" in text.lower(), "no benchmark accuracy on the page"
 PYEOF
+# both methods chose after the same short KD of each candidate (equal steps of 2 x the same seq-len)
+$PY - "$T/unpacked/gg/a-s1" <<'PYEOF' || fail "candidates not scored after the same short KD"
+import json, sys
+d = sys.argv[1]
+search = json.load(open(f"{d}/search/search_report.json"))["candidates_scored_by"]["kd_steps"]
+minitron = json.load(open(f"{d}/minitron/candidates.json"))["score_kd_steps"]
+assert search == minitron == 2, (search, minitron)
+PYEOF
 echo "PASS launcher.gpu_grid"
