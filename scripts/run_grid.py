@@ -807,13 +807,56 @@ def reading_notes(targets, data):
                 + (f" In seed(s) {', '.join(flips)} AutoCompress was better before distillation and worse after it: the ranking "
                    "flipped in retraining." if flips else "")
                 + f" What each chose is in the {t} section below."]
+    for t in targets:
+        out += accuracy_note(t, data.get(t, []))
     out += ["- **Equal hardware budget, not equal size.** Both methods meet the same absolute budget on the same cost model, "
             "so their parameter counts differ. That is the claim being tested: parameters do not predict latency or memory "
             "on a given engine.",
             "- **Short distillation.** Each student gets the KD tokens in the last table. Model-Optimizer's "
             "Minitron-vs-Puzzletron study found rankings made before retraining flip after it (`../shared/SEARCH.md`). Compare "
-            "the columns before and after distillation below; a much longer distillation was not run.", ""]
+            "the columns before and after distillation below. How the cpu-local ranking moves as one run per student "
+            "distils to 164K tokens: [kd_study_scorekd.md](kd_study_scorekd.md) (both methods' candidates scored after a "
+            "short KD, as here) and [kd_study.md](kd_study.md).", ""]
     return out
+
+
+def mean_stderr(block):
+    """The document-sample standard error of a task block's mean accuracy: sqrt(sum se_i^2) / n over
+    its tasks (each task's primary_stderr, lm-eval's sample standard error of the mean)."""
+    se = [(t.get("model") or {}).get("primary_stderr") for t in (block or {}).get("per_task") or [] if isinstance(t, dict)]
+    if not se or not all(num(x) for x in se):
+        return None
+    return math.sqrt(sum(x * x for x in se)) / len(se)
+
+
+def accuracy_note(target, rs):
+    """A reading note for a target where AutoCompress's mean accuracy is not ahead by more than the
+    seed spread: the difference per seed beside the document sample's standard error of it, and the
+    task that moved it most."""
+    cells = [r for r in rs if all(r["methods"][m]["tasks"] for m in METHODS)]
+    if not cells:
+        return []
+    diffs = [100 * (r["methods"]["autocompress"]["tasks"]["mean"] - r["methods"]["minitron"]["tasks"]["mean"]) for r in cells]
+    m, sd, n = mean_sd(diffs)
+    if m > 0 and (n < 2 or (num(sd) and m > sd)):
+        return []  # ahead by more than the spread (or one seed and ahead)
+    per_seed = []
+    for r, d in zip(cells, diffs):
+        se = [mean_stderr(r["methods"][x]["tasks"]) for x in METHODS]
+        se_d = 100 * math.sqrt(se[0] ** 2 + se[1] ** 2) if all(num(x) for x in se) else None
+        a, b = per_task(r["methods"]["autocompress"]["tasks"]), per_task(r["methods"]["minitron"]["tasks"])
+        moves = {k: a[k][0] - b[k][0] for k in a if k in b and num(a[k][0]) and num(b[k][0])}
+        top = max(moves, key=lambda k: abs(moves[k])) if moves else None
+        text = f"{fmt(d, 3)} (seed {r['cell'].seed}" + (f"; documents' standard error of it ~{fmt(se_d, 2)}" if num(se_d) else "")
+        if top is not None:
+            text += f"; most from {top}: {100 * moves[top]:+.0f} points of that task, {100 * moves[top] / len(a):+.2g} of the mean"
+        per_seed.append(text + ")")
+    head = "AutoCompress is not ahead of Minitron in mean accuracy" + ("" if n < 2 else " by more than the seed spread")
+    return [f"- **{target}: {head}.** AutoCompress − Minitron in points: {fmt(m, 3)}"
+            + (f" ± {fmt(sd, 2)}" if num(sd) else "") + "; per seed " + "; ".join(per_seed)
+            + ". A difference within about twice the documents' standard error is what another sample of documents "
+            "could reverse (both students answer the same documents, so the paired error is smaller than this "
+            "unpaired bound)."]
 
 
 def write_results(plt, targets, configs, cells, args):
