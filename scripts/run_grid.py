@@ -22,6 +22,14 @@ plot beside it (RESULTS with .png: eval loss and KL to the teacher per target, b
 before and after distillation, error bars = the sample standard deviation over seeds). A cell
 that is not complete is listed as such and left out of every number.
 
+--eval-limit N scores the benchmarks again on the first N documents per task (the configs'
+`[eval] limit` is what a cell's own run scored; more documents shrink the accuracy's sampling
+error without rerunning a cell): each complete cell's two distilled students
+(OUT/<cell>/eval-limit<N>/<method>/eval.json) and the teacher once for the grid (every cell
+shares it: OUT/teacher-limit<N>/eval.json), by `autocompress eval --tasks ... --limit N`, logged
+to OUT/eval-limit<N>.log; a file already written for the same N and tasks is not recomputed. The
+page's accuracy columns then come from these files (a cell without them shows none).
+
 --dry-run prints each cell's command and whether it would run or be skipped, and writes
 nothing. --report-only runs no cell and writes the results page.
 If the python3 running this lacks matplotlib, it reruns itself once under /usr/bin/python3
@@ -148,22 +156,28 @@ class Interrupted(Exception):
     pass
 
 
-def run_cell(cell, child):
-    os.makedirs(os.path.dirname(cell.log) or ".", exist_ok=True)
-    with open(cell.cmdfile + ".tmp", "w", encoding="utf-8") as f:
-        f.write(shlex.join(cell.cmd) + "\n")
-    os.replace(cell.cmdfile + ".tmp", cell.cmdfile)
+def run_logged(cmd, log_path, child):
+    """Runs cmd in its own session with its output appended to log_path (child[0] holds it for
+    the signal handler); returns (exit code, wall seconds)."""
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
     t0 = time.time()
-    with open(cell.log, "a", encoding="utf-8") as log:
-        log.write(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC: "
-                  f"{shlex.join(cell.cmd)}\n")
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC: {shlex.join(cmd)}\n")
         log.flush()
-        p = subprocess.Popen(cell.cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         child[0] = p
         rc = p.wait()
         child[0] = None
         log.write(f"# exit {rc} after {time.time() - t0:.1f} s\n")
     return rc, time.time() - t0
+
+
+def run_cell(cell, child):
+    os.makedirs(os.path.dirname(cell.log) or ".", exist_ok=True)
+    with open(cell.cmdfile + ".tmp", "w", encoding="utf-8") as f:
+        f.write(shlex.join(cell.cmd) + "\n")
+    os.replace(cell.cmdfile + ".tmp", cell.cmdfile)
+    return run_logged(cell.cmd, cell.log, child)
 
 
 def forward_signals():
@@ -220,6 +234,90 @@ def run_grid(cells, args):
     return 0
 
 
+# ---------------------------------------------------------------- more documents per task
+
+def rescore_dir(args, cell=None, method=None):
+    """Where --eval-limit's scores go: OUT/<cell>/eval-limit<N>/<method>, or the teacher's
+    OUT/teacher-limit<N> (cell None)."""
+    if cell is None:
+        return os.path.join(args.out, f"teacher-limit{args.eval_limit}")
+    return os.path.join(cell.dir, f"eval-limit{args.eval_limit}", method)
+
+
+def rescored(out_dir, limit, tasks):
+    """The tasks block of out_dir/eval.json when it was scored at this limit on these tasks."""
+    block = task_block(read_json(os.path.join(out_dir, "eval.json")))
+    if not block or block.get("limit") != limit:
+        return None
+    return block if tasks is None or (block.get("tasks") or []) == tasks else None
+
+
+def rescore_cmd(args, cell, model, out_dir, teacher_eval=None):
+    """The cell's own teacher-tasks command (its manifest's argv: tokenizer, tasks, tasks-dir,
+    dtype, layout as its run scored them) on another model, out dir and limit; None without it."""
+    argv = (read_json(os.path.join(cell.dir, "teacher-tasks", "manifest.json")) or {}).get("argv")
+    if not isinstance(argv, list) or len(argv) < 2 or argv[1] != "eval":
+        return None
+    set_to = {"--model": model, "--out": out_dir, "--limit": str(args.eval_limit)}
+    cmd, i = [args.ac, "eval"], 2
+    while i < len(argv):
+        opt = argv[i]
+        has_value = i + 1 < len(argv) and not str(argv[i + 1]).startswith("--")
+        if opt in ("--write-requests", "--teacher-tasks") or opt in set_to:
+            i += 2 if has_value else 1
+            continue
+        cmd += argv[i:i + (2 if has_value else 1)]
+        i += 2 if has_value else 1
+    for opt, value in set_to.items():
+        cmd += [opt, value]
+    return cmd + (["--teacher-tasks", teacher_eval] if teacher_eval else [])
+
+
+def rescore(cells, configs, args):
+    """--eval-limit: the teacher (once) and each complete cell's distilled students on the first
+    N documents per task; what is already scored at N is kept. Returns the exit code."""
+    child, stop = forward_signals()
+    log = os.path.join(args.out, f"eval-limit{args.eval_limit}.log")
+    done = [c for c in cells if cell_state(c.dir)[0]]
+    if not done:
+        return 0
+    failed = []
+    teacher_dir = rescore_dir(args)
+    teacher_argv = (read_json(os.path.join(done[0].dir, "teacher-tasks", "manifest.json")) or {}).get("argv") or []
+    teacher = teacher_argv[teacher_argv.index("--model") + 1] if "--model" in teacher_argv[:-1] else None
+    jobs = [("teacher", done[0], teacher, teacher_dir)]
+    jobs += [(f"{c.name} {m}", c, os.path.join(c.dir, f"distill-{m}", "checkpoints"), rescore_dir(args, c, m))
+             for c in done for m in METHODS]
+    for name, c, model, out_dir in jobs:
+        if not (configs[c.target].get("eval") or {}).get("tasks"):
+            die(f"--eval-limit: {c.target}.cfg has no [eval] tasks to score")
+        tasks = None if name == "teacher" else (rescored(teacher_dir, args.eval_limit, None) or {}).get("tasks")
+        if rescored(out_dir, args.eval_limit, tasks):
+            print(f"eval-limit {args.eval_limit}: {name}: skipped (scored)", flush=True)
+            continue
+        if name != "teacher" and tasks is None:
+            failed.append(name)
+            continue  # the teacher's scores failed: no retention to score against
+        cmd = model and rescore_cmd(args, c, model, out_dir, None if name == "teacher" else os.path.join(teacher_dir, "eval.json"))
+        if not cmd:
+            print(f"eval-limit {args.eval_limit}: {name}: no teacher-tasks command in {c.dir} to score it with", flush=True)
+            failed.append(name)
+            continue
+        print(f"eval-limit {args.eval_limit}: {name}: {shlex.join(cmd)}  (log {log})", flush=True)
+        rc, wall = run_logged(cmd, log, child)
+        if stop[0] is not None:
+            print(f"eval-limit {args.eval_limit}: interrupted; rerun the same command to continue", flush=True)
+            return 75
+        print(f"eval-limit {args.eval_limit}: {name}: " + ("done" if rc == 0 else f"FAILED (exit {rc})") + f" in {wall:.0f} s",
+              flush=True)
+        if rc != 0:
+            failed.append(name)
+    if failed:
+        print(f"{PROG}: --eval-limit {args.eval_limit} failed for: {', '.join(failed)}; see {log}", file=sys.stderr)
+        return 1
+    return 0
+
+
 # ---------------------------------------------------------------- reading a finished cell
 
 def num(x):
@@ -267,8 +365,9 @@ def minitron_value(cand, metric):
     return cand.get({"throughput": "throughput_tok_s"}.get(metric, metric))
 
 
-def read_cell(cell):
-    """Everything the page shows of one complete cell: {method: {...}, 'teacher': {...}, ...}."""
+def read_cell(cell, args):
+    """Everything the page shows of one complete cell: {method: {...}, 'teacher': {...}, ...}.
+    With --eval-limit, the benchmark scores are those of rescore()."""
     d = cell.dir
     man = read_json(os.path.join(d, "manifest.json")) or {}
     r = {"cell": cell, "manifest": man, "budgets": man.get("budgets") or [], "methods": {}}
@@ -277,6 +376,8 @@ def read_cell(cell):
     sc = read_json(os.path.join(d, "scorecard", "scorecard.json")) or {}
     r["teacher_eval"] = read_json(os.path.join(d, "eval", "teacher", "eval.json")) or {}
     r["teacher_tasks"] = task_block(read_json(os.path.join(d, "teacher-tasks", "eval.json")))
+    if args.eval_limit:
+        r["teacher_tasks"] = rescored(rescore_dir(args), args.eval_limit, None)
     rows = {}
     for row in sc.get("rows") or []:
         cand = str(row.get("candidate", ""))
@@ -298,6 +399,8 @@ def read_cell(cell):
              "pruned": read_json(os.path.join(d, "eval", f"{m}-pruned", "eval.json")) or {},
              "scorecard": rows.get(m)}
         e["tasks"] = task_block(e["eval"])
+        if args.eval_limit:
+            e["tasks"] = rescored(rescore_dir(args, cell, m), args.eval_limit, (r["teacher_tasks"] or {}).get("tasks"))
         # the binding constraint and the student's exact predicted value of every budget
         costs = []
         if m == "autocompress":
@@ -507,14 +610,14 @@ def rel(path, start):
     return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(start)))
 
 
-def collect(cells):
+def collect(cells, args):
     """({cell name: status}, {target: [read_cell of each complete cell]})."""
     status, data = {}, {}
     for c in cells:
         complete, done, plan = cell_state(c.dir)
         if complete:
             status[c.name] = "complete"
-            data.setdefault(c.target, []).append(read_cell(c))
+            data.setdefault(c.target, []).append(read_cell(c, args))
         elif plan:
             status[c.name] = f"incomplete: {len(done)} of {len(plan)} stages done (next: " + \
                              next(s for s in plan if s not in done) + "); left out of every number"
@@ -547,7 +650,7 @@ def build_page(targets, configs, cells, status, data, args, plot_name):
     out += ["Made by `" + shlex.join(["python3", "scripts/run_grid.py"] + sys.argv[1:]) + "`. To run the grid "
             "(each cell is one `autocompress run --config CONFIGS/<target>.cfg --seed S --out OUT/<target>-s<S>`; "
             "a finished cell is never rerun, an interrupted one continues): `python3 scripts/run_grid.py` "
-            "(options: `--targets`, `--seeds`, `--mpi`, `--dry-run`, `--report-only`; see its `--help`).", ""]
+            "(options: `--targets`, `--seeds`, `--mpi`, `--eval-limit`, `--dry-run`, `--report-only`; see its `--help`).", ""]
     n_done = sum(1 for s in status.values() if s == "complete")
     out += [f"Cells: {n_done} of {len(cells)} complete.", ""]
     out += table(["cell", "status", "report"],
@@ -862,7 +965,7 @@ def accuracy_note(target, rs):
 def write_results(plt, targets, configs, cells, args):
     png = os.path.splitext(args.results)[0] + ".png"
     os.makedirs(os.path.dirname(os.path.abspath(args.results)), exist_ok=True)
-    status, data = collect(cells)
+    status, data = collect(cells, args)
     made = make_plot(plt, plot_points(targets, data), png)
     if not made and os.path.exists(png):
         os.remove(png)  # a stale plot of an earlier grid
@@ -890,11 +993,16 @@ def main():
     ap.add_argument("--mpi", default="", help="launcher prefix of each cell, e.g. \"mpiexec -n 2\" (default: none)")
     ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                     help="passed to every cell's `run --set` (repeatable)")
+    ap.add_argument("--eval-limit", type=int, metavar="N",
+                    help="score the benchmarks again on the first N documents per task (the students of every complete "
+                         "cell and the teacher once) and show those scores; see above")
     ap.add_argument("--dry-run", action="store_true", help="print the cells and their commands; write nothing")
     ap.add_argument("--report-only", action="store_true", help="run no cell; write the results page")
     args = ap.parse_args()
     if args.dry_run and args.report_only:
         die("--dry-run and --report-only exclude each other")
+    if args.eval_limit is not None and args.eval_limit < 1:
+        die(f"--eval-limit: expected a positive number of documents, got {args.eval_limit}")
     if not os.path.isdir(args.configs):
         die(f"{args.configs}: no such configs directory")
     available = sorted(os.path.basename(p)[:-4] for p in glob.glob(os.path.join(args.configs, "*.cfg")))
@@ -920,6 +1028,8 @@ def main():
     rc = 0
     if not args.report_only:
         rc = run_grid(cells, args)
+        if args.eval_limit and rc in (0, 1):
+            rc = max(rc, rescore(cells, configs, args))
     if not args.dry_run:
         write_results(plt, targets, configs, cells, args)
     return rc

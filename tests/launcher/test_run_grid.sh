@@ -11,6 +11,8 @@
 #    every method row filled, the AutoCompress − Minitron accuracy row with its verdict, the
 #    per-task table with every cell filled, the teacher scored once per cell (teacher-tasks);
 #  - rerunning the grid reruns no cell (every cell "skipped", in seconds);
+#  - `--eval-limit 3` scores the teacher once and the students again on 3 documents per task, the
+#    page's accuracy columns from those files, and a rerun scores nothing again;
 #  - configs that differ outside the target exit 2 naming the key.
 source "$AC_SOURCE_DIR/tests/launcher/run_common.sh"
 rm -rf "$T/cfg" "$T/grid" "$T/results".* "$T"/grid*.log
@@ -105,6 +107,32 @@ took=$(($(date +%s) - start))
   ! grep -q ": running\|: continuing" "$T/grid4.log" "$T/grid5.log" ||
   { cat "$T/grid4.log" "$T/grid5.log"; fail "a rerun reran a cell"; }
 [ "$took" -lt 60 ] || fail "two reruns of done cells took ${took}s"
+
+# --eval-limit 3: no cell rerun; the teacher scored once and a's four students again on the first
+# 3 documents per task; the page's accuracy columns are those files'; a rerun rescored nothing.
+grid grid6.log --targets a --seeds 1,2 --eval-limit 3
+! grep -q ": running\|: continuing" "$T/grid6.log" && [ "$(grep -c ': done in' "$T/grid6.log")" = 5 ] ||
+  { cat "$T/grid6.log"; fail "--eval-limit: cells rerun or not 5 scorings"; }
+$PY - "$T/grid" "$T/results.md" <<'PYEOF' || { cat "$T/results.md"; fail "--eval-limit page"; }
+import json, re, sys
+out, text = sys.argv[1], open(sys.argv[2]).read()
+teacher = json.load(open(f"{out}/teacher-limit3/eval.json"))["tasks"]
+assert teacher["limit"] == 3, teacher["limit"]
+assert "the first 3 documents by doc_id" in text and "the first 6 documents" not in text
+rows = {l.split("|")[1].strip(): [c.strip() for c in l.strip("|").split("|")] for l in text.splitlines()
+        if l.startswith("| AutoCompress |") or l.startswith("| Minitron |") or l.startswith("| teacher |")}
+for m, title in (("autocompress", "AutoCompress"), ("minitron", "Minitron")):
+    ev = [json.load(open(f"{out}/a-s{s}/eval-limit3/{m}/eval.json"))["tasks"] for s in (1, 2)]
+    assert all(e["limit"] == 3 and e["tasks"] == teacher["tasks"] for e in ev), ev
+    want = 100 * sum(e["mean"] for e in ev) / 2
+    got = float(rows[title][-2].split()[0])
+    assert abs(got - want) < 0.05, (title, got, want)
+assert abs(float(rows["teacher"][-2].split()[0]) - 100 * teacher["mean"]) < 0.05, rows["teacher"]
+PYEOF
+grid grid7.log --targets a --seeds 1,2 --eval-limit 3
+[ "$(grep -c 'skipped (scored)' "$T/grid7.log")" = 5 ] || { cat "$T/grid7.log"; fail "--eval-limit rerun rescored"; }
+expect_rc 2 "${GRID[@]}" --targets a --eval-limit 0
+expect_out "--eval-limit: expected a positive number of documents"
 
 # Configs that differ outside the target: exit 2 naming the key.
 write_cfg "$T/cfg/c.cfg" && sed -i 's/^tp = 2$/tp = 1/; s/^steps = 12$/steps = 13/' "$T/cfg/c.cfg"
