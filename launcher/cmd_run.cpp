@@ -34,6 +34,9 @@ void print_summary(const run::RunConfig& cfg, const run::TeacherSource& teacher,
   const run::RunOptions& t = cfg.options;
   std::cout << "[run] " << cfg.path << " -> " << t.out << ": " << plan.stages.size() << " stages, method " << t.method
             << ", teacher " << teacher.source << " (" << teacher.kind << "), world " << world << " (TP " << t.tp << ")\n";
+  if (!t.hardware.empty() && fs::path(t.hardware).parent_path() == fs::path(t.out) / "hardware")
+    std::cout << "[run] hardware: " << t.hardware << " (this run's copy of the machine's profile, made on its first use; "
+              << "delete it to take the current one)\n";
   for (const auto& b : plan.budgets)
     std::cout << "[run] budget " << b["option"].get<std::string>() << ": " << b["as"].get<std::string>() << " "
               << run::fmt_num(b["limit"].get<double>()) << " (teacher " << run::fmt_num(b["teacher"].get<double>()) << ")\n";

@@ -11,6 +11,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/convert.h"
 #include "dist/error.h"
+#include "dist/file_io.h"
 #include "dist/parallel_layout.h"
 #include "dist/runtime.h"
 #include "distill/trainer.h"
@@ -21,6 +22,7 @@
 #include "launcher/run/stage_runner.h"
 #include "launcher/run/stages.h"
 #include "model/model.h"
+#include "search/costmodel/local_profile.h"
 #include "search/costmodel/profiles.h"
 
 #ifndef AC_SOURCE_DIR
@@ -125,8 +127,27 @@ RunOptions read_run_options(const po::variables_map& vm, const std::string& conf
   read_budget_ratio_options(vm, t.constraints);
   if (!t.constraints.any())
     throw InputError(config_path, "target-*", "no budget: give one of target-{params,active-params,memory-gb,ttft-ms,tpot-ms,throughput} or its -ratio");
-  if (!t.hardware.empty()) t.hardware = hardware_profile_path(t.hardware, t.configs_dir, t.dtype);
   return t;
+}
+
+// `hardware = cpu-local` in a run: the machine's profile as this run directory first used it,
+// RUN/hardware/cpu-local.json. The cached profile is recalibrated when the machine's speed moves
+// (a spot check, a busy calibration redone, new kernels), and a ratio budget resolved again on
+// a resumed run would change, and with it every stage's key from the search on: a finished
+// stage would be redone against another machine model. So the first (non --check) use copies
+// the resolved profile into the run directory and every later use of that directory reads the
+// copy; deleting it makes the next resume take the machine's current profile.
+std::string pinned_hardware(const RunOptions& t, dist::Runtime& rt) {
+  if (t.hardware != search::kLocalProfileId) return t.hardware;
+  const fs::path pinned = fs::path(t.out) / "hardware" / (std::string(search::kLocalProfileId) + ".json");
+  if (fs::is_regular_file(pinned)) return pinned.string();
+  if (t.check) return hardware_profile_path(t.hardware, t.configs_dir, t.dtype);
+  if (rt.is_root()) {
+    const std::string resolved = hardware_profile_path(t.hardware, t.configs_dir, t.dtype);
+    write_file_atomic(pinned.string(), read_regular_file(resolved, "cached cpu-local profile"), "hardware profile");
+  }
+  MPI_Barrier(rt.world());
+  return pinned.string();
 }
 
 // ---- the teacher ------------------------------------------------------------------------
@@ -328,6 +349,7 @@ RunConfig read_run_config(const po::variables_map& vm_in, const RunContext& ctx)
   cfg.keys = read_stage_keys(cfg.path);
   if (vm.count("set")) apply_set_overrides(cfg.keys, vm["set"].as<std::vector<std::string>>());
   cfg.options = read_run_options(vm, cfg.path);
+  cfg.options.hardware = pinned_hardware(cfg.options, ctx.runtime);
   return cfg;
 }
 
