@@ -1028,7 +1028,7 @@ def main():
     rc = 0
     if not args.report_only:
         rc = run_grid(cells, args)
-        if args.eval_limit and rc in (0, 1):
+        if args.eval_limit and not args.dry_run and rc in (0, 1):
             rc = max(rc, rescore(cells, configs, args))
     if not args.dry_run:
         write_results(plt, targets, configs, cells, args)
