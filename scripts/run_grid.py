@@ -632,8 +632,9 @@ def plot_points(targets, data):
     for t in targets:
         rs = data.get(t, [])
         if rs:
-            label = ", ".join(f"{metric_of_option(b.get('as') or '')} {'≥' if b.get('at_least') else '≤'} "
-                              f"{fmt(b['limit'] / b['teacher'], 3)}×" for b in rs[0]["budgets"]
+            # one short line per part: neighbouring targets' labels must not run into each other
+            label = "\n".join(f"{metric_of_option(b.get('as') or '')}\n{'≥' if b.get('at_least') else '≤'} "
+                               f"{fmt(b['limit'] / b['teacher'], 3)}× teacher" for b in rs[0]["budgets"]
                               if num(b.get("limit")) and num(b.get("teacher")) and b["teacher"])
             pts.append((t, label, rs))
     return pts
@@ -865,7 +866,7 @@ def make_plot(plt, pts, path):
             ax.set_ylabel(labels[key])
         ax.set_xticks(xs)
         ax.set_xlim(-0.6, len(xs) - 0.4)
-        ax.set_xticklabels([f"{t}\n{label} teacher" if label else t for t, label, _ in pts], fontsize=8)
+        ax.set_xticklabels([f"{t}\n{label}" if label else t for t, label, _ in pts], fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle("AutoCompress vs Minitron at equal budget (mean ± sd over seeds)", fontsize=10)
     fig.tight_layout()
