@@ -254,11 +254,14 @@ def rescored(out_dir, limit, tasks):
 
 def rescore_cmd(args, cell, model, out_dir, teacher_eval=None):
     """The cell's own teacher-tasks command (its manifest's argv: tokenizer, tasks, tasks-dir,
-    dtype, layout as its run scored them) on another model, out dir and limit; None without it."""
+    dtype, layout as its run scored them) on another model (None: its own, the teacher), out dir
+    and limit; None without it."""
     argv = (read_json(os.path.join(cell.dir, "teacher-tasks", "manifest.json")) or {}).get("argv")
     if not isinstance(argv, list) or len(argv) < 2 or argv[1] != "eval":
         return None
-    set_to = {"--model": model, "--out": out_dir, "--limit": str(args.eval_limit)}
+    set_to = {"--out": out_dir, "--limit": str(args.eval_limit)}
+    if model is not None:
+        set_to["--model"] = model
     cmd, i = [args.ac, "eval"], 2
     while i < len(argv):
         opt = argv[i]
@@ -283,9 +286,7 @@ def rescore(cells, configs, args):
         return 0
     failed = []
     teacher_dir = rescore_dir(args)
-    teacher_argv = (read_json(os.path.join(done[0].dir, "teacher-tasks", "manifest.json")) or {}).get("argv") or []
-    teacher = teacher_argv[teacher_argv.index("--model") + 1] if "--model" in teacher_argv[:-1] else None
-    jobs = [("teacher", done[0], teacher, teacher_dir)]
+    jobs = [("teacher", done[0], None, teacher_dir)]
     jobs += [(f"{c.name} {m}", c, os.path.join(c.dir, f"distill-{m}", "checkpoints"), rescore_dir(args, c, m))
              for c in done for m in METHODS]
     for name, c, model, out_dir in jobs:
@@ -298,7 +299,7 @@ def rescore(cells, configs, args):
         if name != "teacher" and tasks is None:
             failed.append(name)
             continue  # the teacher's scores failed: no retention to score against
-        cmd = model and rescore_cmd(args, c, model, out_dir, None if name == "teacher" else os.path.join(teacher_dir, "eval.json"))
+        cmd = rescore_cmd(args, c, model, out_dir, None if name == "teacher" else os.path.join(teacher_dir, "eval.json"))
         if not cmd:
             print(f"eval-limit {args.eval_limit}: {name}: no teacher-tasks command in {c.dir} to score it with", flush=True)
             failed.append(name)
