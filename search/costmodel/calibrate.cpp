@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "dist/error.h"
@@ -414,6 +415,46 @@ std::vector<std::array<int64_t, 3>> model_sizes(bool quick) {
                : std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 4096}, {384, 1024, 16384}, {576, 1536, 49152}};
 }
 
+// The cold decode step of `m` (one sequence, kPast tokens cached): the median of n calls, each
+// from evicted caches (time_cold), each on the same cached length (the step appends).
+constexpr int64_t kPast = 8;
+struct ColdStep {
+  model::CausalLM m;
+  model::InferenceCache filled;
+  torch::Tensor tok;
+  ColdStep(model::CausalLM model, int64_t V) : m(std::move(model)), tok(torch::randint(0, V, {1, 1}, torch::kLong)) {
+    (void)m->forward(torch::randint(0, V, {1, kPast}, torch::kLong), &filled);
+  }
+  double time(int n, const Stopwatch& clock) {
+    return time_cold(
+        [&] {
+          model::InferenceCache c = filled;
+          (void)m->forward(tok, &c);
+        },
+        n, clock);
+  }
+};
+// The cold prefill of `p` tokens into an empty cache, then the last token's logits (as `cost
+// validate` times a prefill): the median of n calls after `warmup` untimed ones.
+double time_cold_prefill(model::CausalLM& m, const torch::Tensor& ids, int n, const Stopwatch& clock, int warmup) {
+  const int64_t p = ids.size(1);
+  return time_cold(
+      [&] {
+        model::InferenceCache c = m->new_cache();
+        const auto hidden = m->hidden_states(ids, &c);
+        (void)m->logits_local(hidden.slice(1, p - 1, p));
+      },
+      n, clock, warmup);
+}
+std::string model_decode_shape(int64_t h, int64_t ffn, int64_t V) {
+  return "h" + std::to_string(h) + " ffn " + std::to_string(ffn) + " vocab " + std::to_string(V);
+}
+std::string model_prefill_shape(int blocks, int64_t h, int64_t ffn, int64_t V, int64_t p) {
+  return std::to_string(blocks) + "x(h" + std::to_string(h) + " ffn " + std::to_string(ffn) + ") vocab " +
+         std::to_string(V) + " prompt " + std::to_string(p);
+}
+constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuickPrefillCalls = 3, kPrefillWarmup = 6;
+
 // Whole decode steps of a one-block model at chosen hidden and vocabulary sizes, 8 tokens
 // cached, each step started from evicted caches as a step of a model larger than the
 // last-level cache starts: what a step costs beyond its sublayers' pooled steps and the LM
@@ -422,23 +463,13 @@ std::vector<std::array<int64_t, 3>> model_sizes(bool quick) {
 // Features: the attention step's {1, past x kv_dim, past x q_dim}, then the FFN width.
 void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
                          std::vector<CalibrationPoint>& points) {
-  constexpr int64_t kPast = 8;
   for (const auto& [h, ffn, V] : model_sizes(o.quick)) {
     const model::ArchSpec spec = block_spec(h, ffn, V, 1);
-    model::CausalLM m = block_model(spec, dt);
+    ColdStep step(block_model(spec, dt), V);
     const model::LayerSpec& l = spec.layers[0];
     const int64_t heads = l.attention->num_heads, kv = l.attention->num_kv_heads;
-    model::InferenceCache filled;
-    (void)m->forward(torch::randint(0, V, {1, kPast}, torch::kLong), &filled);
-    const auto tok = torch::randint(0, V, {1, 1}, torch::kLong);
-    const double s = time_cold(
-        [&] {
-          model::InferenceCache c = filled;  // the same cached length every time (the step appends)
-          (void)m->forward(tok, &c);
-        },
-        o.quick ? 5 : 9, clock);
-    add_point(points, "model_decode", "h" + std::to_string(h) + " ffn " + std::to_string(ffn) + " vocab " + std::to_string(V),
-              0, 0, s);
+    add_point(points, "model_decode", model_decode_shape(h, ffn, V), 0, 0,
+              step.time(o.quick ? kQuickDecodeCalls : kDecodeCalls, clock));
     const double qd = double(heads * kBlockHeadDim), kvd = double(kv * kBlockHeadDim), hd = double(h), f = double(ffn);
     points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f};
     points.back().gemms = {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1},
@@ -450,7 +481,6 @@ void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Sto
 // caches, timed as `cost validate` times a prefill (the layers, then the last token's logits):
 // the `model_prefill` points, whose time beyond the engine's prediction is the profile's
 // PrefillStepCost. Features: {prompt tokens, hidden, blocks, ffn, vocabulary}.
-constexpr int kPrefillWarmup = 6;
 void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
                             std::vector<CalibrationPoint>& points) {
   const std::vector<int64_t> prompts = o.quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512};
@@ -458,18 +488,9 @@ void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const 
     for (int blocks : {1, 2}) {
       model::CausalLM m = block_model(block_spec(h, ffn, V, blocks), dt);
       for (const int64_t p : prompts) {
-        const auto ids = torch::randint(0, V, {1, p}, torch::kLong);
-        const double s = time_cold(
-            [&] {
-              model::InferenceCache c = m->new_cache();
-              const auto hidden = m->hidden_states(ids, &c);
-              (void)m->logits_local(hidden.slice(1, p - 1, p));
-            },
-            o.quick ? 3 : 5, clock, kPrefillWarmup);
-        add_point(points, "model_prefill",
-                  std::to_string(blocks) + "x(h" + std::to_string(h) + " ffn " + std::to_string(ffn) + ") vocab " +
-                      std::to_string(V) + " prompt " + std::to_string(p),
-                  0, 0, s);
+        const double s = time_cold_prefill(m, torch::randint(0, V, {1, p}, torch::kLong),
+                                           o.quick ? kQuickPrefillCalls : kPrefillCalls, clock, kPrefillWarmup);
+        add_point(points, "model_prefill", model_prefill_shape(blocks, h, ffn, V, p), 0, 0, s);
         points.back().features = {double(p), double(h), double(blocks), double(ffn), double(V)};
       }
     }
@@ -955,22 +976,59 @@ json CalibrationResult::to_json() const {
   return j;
 }
 
-std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string& dtype, double min_seconds) {
+struct SpeedReference::State {
+  HardwareProfile hw;
+  torch::TensorOptions opt;
+  std::vector<torch::Tensor> pool;  // the GEMM probes' weights
+  std::string decode_point, prefill_point;  // the reference's model_decode / model_prefill points
+  std::optional<ColdStep> step;
+  std::optional<model::CausalLM> prefill_model;
+  torch::Tensor prompt;
+  double calibrated(const std::string& point) const {
+    const auto it = hw.calibration_seconds.find(point);
+    return it == hw.calibration_seconds.end() || !(it->second > 0) ? 0.0 : it->second;
+  }
+};
+
+SpeedReference::SpeedReference(const HardwareProfile& hw, const std::string& dtype) : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.hw = hw;
+  const auto dt = dtype == "float32" ? torch::kFloat32 : dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+  s.opt = torch::TensorOptions().dtype(dt);
+  torch::NoGradGuard no_grad;
+  // The smallest model of the whole-model points, in the quick calibration and the full one.
+  const auto [h, ffn, V] = model_sizes(true).front();
+  constexpr int64_t kPrompt = 128;
+  s.decode_point = "model_decode " + model_decode_shape(h, ffn, V);
+  s.prefill_point = "model_prefill " + model_prefill_shape(1, h, ffn, V, kPrompt);
+  if (s.calibrated(s.decode_point) > 0) s.step.emplace(block_model(block_spec(h, ffn, V, 1), dt), V);
+  if (s.calibrated(s.prefill_point) > 0) {
+    s.prefill_model = block_model(block_spec(h, ffn, V, 1), dt);
+    s.prompt = torch::randint(0, V, {1, kPrompt}, torch::kLong);
+  }
+}
+
+std::vector<SpeedProbe> SpeedReference::probe(double gemm_seconds) {
+  State& s = *state_;
   std::vector<SpeedProbe> out;
   const int64_t n = 1024;
-  const auto dt = dtype == "float32" ? torch::kFloat32 : dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
-  const auto opt = torch::TensorOptions().dtype(dt);
   const Stopwatch clock = Stopwatch::for_device("cpu");
-  std::vector<torch::Tensor> pool;
   torch::NoGradGuard no_grad;
   for (int64_t m : {512, 16, 1}) {
     const std::string point = "gemm " + std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n);
-    const auto it = hw.calibration_seconds.find(point);
-    if (it == hw.calibration_seconds.end() || !(it->second > 0)) continue;
-    if (pool.empty()) pool = weight_pool(n, n, opt, kGemmPoolBytes);
-    out.push_back({point, it->second, time_linear(torch::randn({m, n}, opt), pool, min_seconds, clock)});
+    if (s.calibrated(point) == 0) continue;
+    if (s.pool.empty()) s.pool = weight_pool(n, n, s.opt, kGemmPoolBytes);
+    out.push_back({point, s.calibrated(point), time_linear(torch::randn({m, n}, s.opt), s.pool, gemm_seconds, clock)});
   }
+  if (s.step) out.push_back({s.decode_point, s.calibrated(s.decode_point), s.step->time(kDecodeCalls, clock)});
+  if (s.prefill_model)
+    out.push_back({s.prefill_point, s.calibrated(s.prefill_point),
+                   time_cold_prefill(*s.prefill_model, s.prompt, kPrefillCalls, clock, kPrefillWarmup)});
   return out;
+}
+
+std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string& dtype, double gemm_seconds) {
+  return SpeedReference(hw, dtype).probe(gemm_seconds);
 }
 
 }  // namespace ac::search

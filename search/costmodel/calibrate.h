@@ -5,6 +5,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 #include <array>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -105,15 +106,30 @@ double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vect
 // "Cold steps"). Not thread-safe; untimed by its callers.
 void evict_cpu_caches();
 
-// How fast this CPU runs now against a profile's own calibration: re-times the profile's GEMM
-// points at width 1024 (512, 16 and 1 rows; the same code, cold weights, the clock of the
-// current thread setting) that its `measurements` hold. Empty when it holds none (GPU
-// profiles). `cost validate` runs it before and after its sweeps: a machine that has become
-// slower since calibration shows up in every row's error, not in the model.
+// How fast this CPU runs now against a profile's own calibration: points of the profile's
+// `measurements` re-timed by the code that timed them: the GEMMs at width 1024 with 512, 16
+// and 1 rows (cold weights), and the speed reference proper, the smallest one-block model's
+// cold decode step and cold 128-token prefill (its `model_decode` and `model_prefill` points):
+// whole model steps, which on a VM slow down with its co-tenants where a GEMM may not
+// (docs/costmodel.md, "Machine speed"). Points the profile does not hold are left out (none
+// for GPU profiles). The spot check takes the median ratio; `cost validate` probes one
+// reference before every sweep and after the last, so each measurement can be read against the
+// machine's speed while it was taken. The models and weights are built once: a reference kept
+// across sweeps ages in memory as the validated models do. Times by the clock of the current
+// thread setting.
 struct SpeedProbe {
-  std::string point;
+  std::string point;  // "<kind> <shape>" as in the profile's measurements
   double calibrated_s = 0, now_s = 0;
+  double ratio() const { return now_s / calibrated_s; }  // > 1: slower now
 };
-std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string& dtype, double min_seconds = 0.05);
+class SpeedReference {
+ public:
+  SpeedReference(const HardwareProfile& hw, const std::string& dtype);
+  std::vector<SpeedProbe> probe(double gemm_seconds = 0.05);  // each GEMM timed for at least gemm_seconds
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+std::vector<SpeedProbe> probe_speed(const HardwareProfile& hw, const std::string& dtype, double gemm_seconds = 0.05);
 
 }  // namespace ac::search

@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 
 #include "dist/device.h"
 #include "dist/omp_env.h"
@@ -172,11 +173,14 @@ struct Series {
   std::vector<double> t;
   std::vector<int> sweep;
   void add(double v, int s) { t.push_back(v), sweep.push_back(s); }
-  double fastest_window() const {
+  double fastest_window() const { return fastest().first; }
+  // The fastest window's time and its sweep.
+  std::pair<double, int> fastest() const {
     std::map<int, std::vector<double>> by;
     for (size_t i = 0; i < t.size(); ++i) by[sweep[i]].push_back(t[i]);
-    double best = 0;
-    for (const auto& [k, v] : by) best = best == 0 ? median(v) : std::min(best, median(v));
+    std::pair<double, int> best{0, -1};
+    for (const auto& [k, v] : by)
+      if (best.second < 0 || median(v) < best.first) best = {median(v), k};
     return best;
   }
 };
@@ -302,14 +306,37 @@ void measure_case(const ValidationCase& c, const ValidationOptions& o, const Tim
   measure_regimes(m, spec, o, timer, dev, sweep, sm);
 }
 
+// The speed reference's time now / at calibration around sweep `s`: the mean of its `kind`
+// probe (model_decode | model_prefill) before and after the sweep; 0 without that probe.
+double sweep_speed(const std::vector<std::vector<SpeedProbe>>& probes, int s, const std::string& kind) {
+  if (s < 0 || size_t(s) + 1 >= probes.size()) return 0;
+  double sum = 0;
+  for (size_t k : {size_t(s), size_t(s) + 1}) {
+    const auto it = std::find_if(probes[k].begin(), probes[k].end(), [&](const SpeedProbe& p) { return p.point.rfind(kind + " ", 0) == 0; });
+    if (it == probes[k].end()) return 0;
+    sum += it->ratio();
+  }
+  return sum / 2;
+}
+
+// |predicted - measured| / measured, the measured time first divided by `speed` when given
+// (> 0): the time at the calibration's speed.
+double ape(double predicted, double measured, double speed = 0) {
+  if (speed > 0) measured /= speed;
+  return std::fabs(predicted - measured) / measured;
+}
+
 ErrorSummary summarize(const std::string& key, const std::vector<const RegimeRow*>& rows) {
   ErrorSummary e;
   e.key = key;
   for (const RegimeRow* r : rows) {
     const double rel = (r->predicted_s - r->measured_s) / r->measured_s;
     e.mape += std::fabs(rel), e.mean_signed += rel, ++e.rows;
+    e.mape_speed_adjusted += r->speed > 0 ? ape(r->predicted_s, r->measured_s, r->speed) : 0.0;
+    e.speed_adjusted = e.rows == 1 ? r->speed > 0 : e.speed_adjusted && r->speed > 0;
   }
-  if (e.rows > 0) e.mape /= e.rows, e.mean_signed /= e.rows;
+  if (e.rows > 0) e.mape /= e.rows, e.mean_signed /= e.rows, e.mape_speed_adjusted /= e.rows;
+  if (!e.speed_adjusted) e.mape_speed_adjusted = 0;
   return e;
 }
 
@@ -358,12 +385,20 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   std::vector<Samples> samples(cases.size());
   std::vector<std::optional<model::CausalLM>> models(cases.size());
   if (!cuda) evict_cpu_caches();  // its buffer allocated now, not inside the first memory peak
-  // The machine-speed probe times CPU GEMMs (other jobs' load on a shared CPU); not on a GPU.
-  if (!cuda) r.speed_start = probe_speed(hw, o.dtype);
-  for (int sweep = 0; sweep < std::max(1, o.sweeps); ++sweep)
-    for (size_t ci = 0; ci < cases.size(); ++ci) measure_case(cases[ci], o, timer, dev, sweep, models[ci], samples[ci]);
+  // The machine-speed reference (a CPU's speed on a shared machine; not on a GPU), probed
+  // before every sweep and after the last, kept as the models are.
+  std::optional<SpeedReference> reference;
+  if (!cuda) reference.emplace(hw, o.dtype);
+  const int sweeps = std::max(1, o.sweeps);
+  for (int sweep = 0; sweep <= sweeps; ++sweep) {
+    if (reference) r.speed_by_sweep.push_back(reference->probe());
+    if (sweep < sweeps)
+      for (size_t ci = 0; ci < cases.size(); ++ci) measure_case(cases[ci], o, timer, dev, sweep, models[ci], samples[ci]);
+  }
   models.clear();
-  if (!cuda) r.speed_end = probe_speed(hw, o.dtype);
+  reference.reset();
+  if (!r.speed_by_sweep.empty()) r.speed_start = r.speed_by_sweep.front(), r.speed_end = r.speed_by_sweep.back();
+  auto speed = [&](int sweep, bool decode) { return sweep_speed(r.speed_by_sweep, sweep, decode ? "model_decode" : "model_prefill"); };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Samples& sm = samples[ci];
     model::ArchSpec spec = cases[ci].spec;
@@ -374,9 +409,10 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     for (const auto& l : spec.layers) row.kinds += model::layer_kind(l);
     row.params = p.params;
     row.predicted_prefill_s = p.ttft_s;
-    row.measured_prefill_s = sm.prefill.fastest_window();
+    std::tie(row.measured_prefill_s, row.prefill_sweep) = sm.prefill.fastest();
     row.predicted_decode_s = p.tpot_s;
-    row.measured_decode_s = sm.steps.fastest_window();
+    std::tie(row.measured_decode_s, row.decode_sweep) = sm.steps.fastest();
+    row.prefill_speed = speed(row.prefill_sweep, false), row.decode_speed = speed(row.decode_sweep, true);
     row.predicted_memory_bytes = p.weight_bytes + p.bytes_per_seq + p.activation_bytes;
     row.measured_memory_bytes = sm.peak;
     row.weight_bytes = p.weight_bytes;
@@ -385,31 +421,37 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     row.prefill_samples_s = sm.prefill.t, row.decode_samples_s = sm.steps.t;
     r.rows.push_back(row);
     // The regime rows: the base row's two, then the others measured.
-    auto add = [&](int64_t prompt, int64_t batch, bool decode, double measured) {
+    auto add = [&](int64_t prompt, int64_t batch, bool decode, std::pair<double, int> measured) {
       const Prediction q = prompt == o.prompt_tokens && batch == 1 ? p : predict_prompt(spec, hw, engine_in, prompt, o.decode_steps, batch);
       RegimeRow x;
       x.name = row.name, x.kinds = row.kinds, x.prompt_tokens = prompt, x.concurrency = batch, x.decode = decode;
       x.regime = decode ? tpot_regime(batch) : ttft_regime(prompt);
       x.predicted_s = decode ? q.tpot_s : q.ttft_s;
-      x.measured_s = measured;
-      if (decode) x.predicted_tok_s = double(batch) / q.tpot_s, x.measured_tok_s = double(batch) / measured;
+      std::tie(x.measured_s, x.sweep) = measured;
+      x.speed = speed(x.sweep, decode);
+      if (decode) x.predicted_tok_s = double(batch) / q.tpot_s, x.measured_tok_s = double(batch) / x.measured_s;
       r.regime_rows.push_back(x);
     };
-    add(o.prompt_tokens, 1, false, row.measured_prefill_s);
+    add(o.prompt_tokens, 1, false, {row.measured_prefill_s, row.prefill_sweep});
     for (int64_t prompt : o.prompts)
-      if (prompt != o.prompt_tokens) add(prompt, 1, false, sm.regime.at(ttft_regime(prompt)).fastest_window());
-    add(o.prompt_tokens, 1, true, row.measured_decode_s);
+      if (prompt != o.prompt_tokens) add(prompt, 1, false, sm.regime.at(ttft_regime(prompt)).fastest());
+    add(o.prompt_tokens, 1, true, {row.measured_decode_s, row.decode_sweep});
     for (int64_t batch : o.concurrency)
-      if (batch != 1) add(o.prompt_tokens, batch, true, sm.regime.at(tpot_regime(batch)).fastest_window());
+      if (batch != 1) add(o.prompt_tokens, batch, true, sm.regime.at(tpot_regime(batch)).fastest());
   }
-  auto ape = [](double pred, double meas) { return std::fabs(pred - meas) / meas; };
   const double n = double(std::max<size_t>(r.rows.size(), 1));
+  r.speed_adjusted = !r.rows.empty();
   for (const auto& row : r.rows) {
     r.mape_prefill += ape(row.predicted_prefill_s, row.measured_prefill_s) / n;
     r.mape_decode += ape(row.predicted_decode_s, row.measured_decode_s) / n;
     r.mape_memory += ape(row.predicted_memory_bytes, row.measured_memory_bytes) / n;
+    r.speed_adjusted = r.speed_adjusted && row.prefill_speed > 0 && row.decode_speed > 0;
+    r.mape_prefill_speed_adjusted += ape(row.predicted_prefill_s, row.measured_prefill_s, row.prefill_speed) / n;
+    r.mape_decode_speed_adjusted += ape(row.predicted_decode_s, row.measured_decode_s, row.decode_speed) / n;
   }
   r.mape_latency = (r.mape_prefill + r.mape_decode) / 2;
+  if (!r.speed_adjusted) r.mape_prefill_speed_adjusted = r.mape_decode_speed_adjusted = 0;
+  r.mape_latency_speed_adjusted = (r.mape_prefill_speed_adjusted + r.mape_decode_speed_adjusted) / 2;
   summarize_regimes(r);
   return r;
 }
@@ -425,6 +467,8 @@ nlohmann::json ValidationResult::to_json() const {
                       {"memory_bytes", {{"predicted", x.predicted_memory_bytes}, {"measured", x.measured_memory_bytes}}},
                       {"weight_bytes", x.weight_bytes},
                       {"wall_clock_s", {{"prefill", x.wall_prefill_s}, {"decode", x.wall_decode_s}}},
+                      {"sweep", {{"prefill", x.prefill_sweep}, {"decode", x.decode_sweep}}},
+                      {"speed_ratio", {{"prefill", x.prefill_speed}, {"decode", x.decode_speed}}},
                       {"samples_s", {{"prefill", x.prefill_samples_s}, {"decode", x.decode_samples_s}}}});
   nlohmann::json speed = nlohmann::json::array();
   for (size_t i = 0; i < speed_start.size() && i < speed_end.size(); ++i)
@@ -432,20 +476,31 @@ nlohmann::json ValidationResult::to_json() const {
                      {"calibrated_s", speed_start[i].calibrated_s},
                      {"start_s", speed_start[i].now_s},
                      {"end_s", speed_end[i].now_s}});
+  nlohmann::json by_sweep = nlohmann::json::array();
+  for (size_t i = 0; i < speed_start.size(); ++i) {
+    nlohmann::json now = nlohmann::json::array();
+    for (const auto& probe : speed_by_sweep)
+      if (i < probe.size()) now.push_back(probe[i].now_s);
+    by_sweep.push_back({{"point", speed_start[i].point}, {"calibrated_s", speed_start[i].calibrated_s}, {"now_s", now}});
+  }
   nlohmann::json regimes_j = nlohmann::json::array();
   for (const auto& x : regime_rows) {
     nlohmann::json q = {{"name", x.name},       {"kinds", x.kinds},         {"regime", x.regime},
                         {"prompt_tokens", x.prompt_tokens}, {"concurrency", x.concurrency},
-                        {"seconds", {{"predicted", x.predicted_s}, {"measured", x.measured_s}}}};
+                        {"seconds", {{"predicted", x.predicted_s}, {"measured", x.measured_s}}},
+                        {"sweep", x.sweep}, {"speed_ratio", x.speed}};
     if (x.decode) q["tokens_per_s"] = {{"predicted", x.predicted_tok_s}, {"measured", x.measured_tok_s}};
     regimes_j.push_back(q);
   }
   auto summaries = [](const std::vector<ErrorSummary>& v) {
     nlohmann::json j = nlohmann::json::object();
-    for (const auto& e : v) j[e.key] = {{"rows", e.rows}, {"mape", e.mape}, {"mean_signed_error", e.mean_signed}};
+    for (const auto& e : v) {
+      j[e.key] = {{"rows", e.rows}, {"mape", e.mape}, {"mean_signed_error", e.mean_signed}};
+      if (e.speed_adjusted) j[e.key]["mape_speed_adjusted"] = e.mape_speed_adjusted;
+    }
     return j;
   };
-  return {{"format", "autocompress.cost_validation"},
+  nlohmann::json out = {{"format", "autocompress.cost_validation"},
           {"version", 1},
           {"hardware", hardware},
           {"engine", engine},
@@ -473,7 +528,17 @@ nlohmann::json ValidationResult::to_json() const {
           {"concurrency", options.concurrency},
           {"regime_rows", regimes_j},
           {"mape_by_regime", summaries(by_regime)},
-          {"mape_by_layer_kind", summaries(by_kind)}};
+          {"mape_by_layer_kind", summaries(by_kind)},
+          {"machine_speed_by_sweep", by_sweep},
+          {"speed_reference", "the profile's own points re-timed before every sweep and after the last; a measured time's "
+                              "speed_ratio is its reference's (model_decode for decode, model_prefill for prefill) time "
+                              "now / at calibration, the mean of the probes before and after its sweep; "
+                              "mape_speed_adjusted divides each measured time by it"}};
+  if (speed_adjusted)
+    out["mape_speed_adjusted"] = {{"prefill", mape_prefill_speed_adjusted},
+                                  {"decode", mape_decode_speed_adjusted},
+                                  {"latency", mape_latency_speed_adjusted}};
+  return out;
 }
 
 std::string ValidationResult::table() const {
@@ -504,27 +569,42 @@ std::string ValidationResult::table() const {
                 "MAPE over %zu architectures: prefill %.1f%%, decode %.1f%% (latency %.1f%%), memory %.1f%%\n",
                 rows.size(), 100 * mape_prefill, 100 * mape_decode, 100 * mape_latency, 100 * mape_memory);
   out += buf;
+  out += speed_table();
   out += regimes_table();
-  // Machine speed against the calibration: a ratio far from 1 moves every row the same way.
-  if (!speed_start.empty() && speed_start.size() == speed_end.size()) {
-    std::string line = "machine speed vs the profile's calibration (time now / then):";
-    std::vector<double> ratios;
-    for (size_t i = 0; i < speed_start.size(); ++i) {
-      const double a = speed_start[i].now_s / speed_start[i].calibrated_s, b = speed_end[i].now_s / speed_end[i].calibrated_s;
-      ratios.push_back(a), ratios.push_back(b);
-      std::snprintf(buf, sizeof buf, " %s %.2f before, %.2f after;", speed_start[i].point.c_str(), a, b);
-      line += buf;
-    }
+  return out;
+}
+
+// The speed reference's ratios per probe, the MAPEs at the calibration's speed, and a note
+// when the machine as a whole ran far from its calibrated speed.
+std::string ValidationResult::speed_table() const {
+  if (speed_by_sweep.empty() || speed_start.empty()) return "";
+  std::string out = "machine speed vs the profile's calibration (time now / then, before each sweep and after the last):\n";
+  char buf[256];
+  std::vector<double> ratios;
+  for (size_t i = 0; i < speed_start.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "  %-52s", speed_start[i].point.c_str());
+    std::string line = buf;
+    for (const auto& probe : speed_by_sweep)
+      if (i < probe.size()) {
+        std::snprintf(buf, sizeof buf, " %.2f", probe[i].ratio());
+        line += buf, ratios.push_back(probe[i].ratio());
+      }
     out += line + "\n";
-    std::sort(ratios.begin(), ratios.end());
-    const double med = 0.5 * (ratios[(ratios.size() - 1) / 2] + ratios[ratios.size() / 2]);
-    if (med > 1.15 || med < 1 / 1.15) {
-      std::snprintf(buf, sizeof buf,
-                    "note: this machine runs %.0f%% %s than when the profile was calibrated; that shifts every "
-                    "row's error. Recalibrate (cost calibrate) right before validating.\n",
-                    100 * std::fabs(med - 1), med > 1 ? "slower" : "faster");
-      out += buf;
-    }
+  }
+  if (speed_adjusted) {
+    std::snprintf(buf, sizeof buf,
+                  "MAPE at the calibration's speed (each time divided by its sweep's model_prefill / model_decode "
+                  "ratio): prefill %.1f%%, decode %.1f%% (latency %.1f%%)\n",
+                  100 * mape_prefill_speed_adjusted, 100 * mape_decode_speed_adjusted, 100 * mape_latency_speed_adjusted);
+    out += buf;
+  }
+  const double med = median(ratios);
+  if (med > 1.15 || med < 1 / 1.15) {
+    std::snprintf(buf, sizeof buf,
+                  "note: this machine runs %.0f%% %s than when the profile was calibrated; that shifts every "
+                  "row's error. Recalibrate (cost calibrate) right before validating.\n",
+                  100 * std::fabs(med - 1), med > 1 ? "slower" : "faster");
+    out += buf;
   }
   return out;
 }
@@ -540,6 +620,10 @@ std::string ValidationResult::regimes_table() const {
     std::snprintf(buf, sizeof buf, "  %-12s %3d rows: MAPE %5.1f%%, mean signed %+6.1f%%", e.key.c_str(), e.rows,
                   100 * e.mape, 100 * e.mean_signed);
     out += buf;
+    if (e.speed_adjusted) {
+      std::snprintf(buf, sizeof buf, " (at calibration speed %.1f%%)", 100 * e.mape_speed_adjusted);
+      out += buf;
+    }
     if (meas_tok > 0) {
       std::snprintf(buf, sizeof buf, "; mean tokens/s predicted %.0f, measured %.0f", pred_tok, meas_tok);
       out += buf;

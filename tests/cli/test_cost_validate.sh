@@ -55,13 +55,59 @@ for r in j["rows"]:
     assert abs(fastest(s["prefill"], 2) - r["prefill_s"]["measured"]) <= 1e-12, (r["name"], s["prefill"], r["prefill_s"])
 for k in ("prefill", "decode", "latency", "memory"):
     assert j["mape"][k] >= 0, j["mape"]
-# The profile's own GEMM points re-timed before and after the sweeps (machine speed check).
+# The profile's own points re-timed before every sweep and after the last (the speed
+# reference): its GEMMs and the smallest model's cold decode step and prefill.
 pts = [p["point"] for p in j["machine_speed"]]
-assert pts == ["gemm 512x1024x1024", "gemm 16x1024x1024", "gemm 1x1024x1024"], pts
+assert pts == ["gemm 512x1024x1024", "gemm 16x1024x1024", "gemm 1x1024x1024", "model_decode h256 ffn 768 vocab 4096",
+               "model_prefill 1x(h256 ffn 768) vocab 4096 prompt 128"], pts
 for p in j["machine_speed"]:
     assert p["calibrated_s"] > 0 and p["start_s"] > 0 and p["end_s"] > 0, p
     assert 0.1 < p["start_s"] / p["calibrated_s"] < 10, p  # calibrated here a moment ago: not 10x off
+probes = {p["point"].split()[0] if p["point"].startswith("model_") else p["point"]: p for p in j["machine_speed_by_sweep"]}
+assert all(len(p["now_s"]) == 2 + 1 for p in probes.values()), probes
+# Each kept time's speed ratio is its reference's around the sweep it came from, and the MAPE
+# at calibration speed divides each measured time by it.
+def ratio(kind, sweep):
+    p = probes[kind]
+    return (p["now_s"][sweep] / p["calibrated_s"] + p["now_s"][sweep + 1] / p["calibrated_s"]) / 2
+ape = {"prefill": 0, "decode": 0}
+for r in j["rows"]:
+    for part, kind in (("prefill", "model_prefill"), ("decode", "model_decode")):
+        want = ratio(kind, r["sweep"][part])
+        assert abs(r["speed_ratio"][part] - want) < 1e-9 * want, (r["name"], part, r["speed_ratio"], want)
+        m = r[part + "_s"]["measured"] / want
+        ape[part] += abs(r[part + "_s"]["predicted"] - m) / m / len(j["rows"])
+for part in ape:
+    assert abs(j["mape_speed_adjusted"][part] - ape[part]) < 1e-9, (part, j["mape_speed_adjusted"], ape)
+for x in j["regime_rows"]:
+    want = ratio("model_decode" if x["regime"].startswith("tpot") else "model_prefill", x["sweep"])
+    assert abs(x["speed_ratio"] - want) < 1e-9 * want, (x, want)
 print("report ok")
+PY
+expect_out "MAPE at the calibration's speed"
+
+# The reference is the profile's own points: a copy of the cached profile with its model
+# points' times halved reads them halved (the same machine, so no second calibration).
+python3 - "$CACHE" "$T/halved.json" <<'PY'
+import glob, json, sys
+(p,) = glob.glob(sys.argv[1] + "/hardware/cpu-local-*.json")
+j = json.load(open(p))
+for q in j["measurements"]["points"]:
+    if q["kind"] in ("model_decode", "model_prefill"):
+        q["seconds"] *= 0.5
+json.dump(j, open(sys.argv[2], "w"))
+PY
+expect_rc 0 "$AC_BIN" "${VAL[@]}" --hardware "$T/halved.json" --limit 1 --prompt-tokens 32 --decode-steps 2 --repeats 1 \
+  --sweeps 1 --prompts 32 --concurrency 1 --out "$T/halved-report.json"
+python3 - "$CACHE" "$T/halved-report.json" <<'PY' || fail "speed reference of the halved profile"
+import glob, json, sys
+(p,) = glob.glob(sys.argv[1] + "/hardware/cpu-local-*.json")
+cal = {q["kind"] + " " + q["shape"]: q["seconds"] for q in json.load(open(p))["measurements"]["points"]}
+j = json.load(open(sys.argv[2]))
+for q in j["machine_speed"]:
+    scale = 0.5 if q["point"].startswith("model_") else 1.0
+    assert abs(q["calibrated_s"] - scale * cal[q["point"]]) < 1e-12 * cal[q["point"]], (q, cal[q["point"]])
+print("halved ok")
 PY
 
 # A profile calibrated on another CPU (the committed example): a warning naming both CPUs,
