@@ -259,14 +259,15 @@ def rescore_cmd(args, cell, model, out_dir, teacher_eval=None):
     argv = (read_json(os.path.join(cell.dir, "teacher-tasks", "manifest.json")) or {}).get("argv")
     if not isinstance(argv, list) or len(argv) < 2 or argv[1] != "eval":
         return None
-    set_to = {"--out": out_dir, "--limit": str(args.eval_limit)}
+    set_to = {"--out": out_dir, "--limit": str(args.eval_limit),
+              "--write-requests": os.path.join(out_dir, "requests.jsonl")}
     if model is not None:
         set_to["--model"] = model
     cmd, i = [args.ac, "eval"], 2
     while i < len(argv):
         opt = argv[i]
         has_value = i + 1 < len(argv) and not str(argv[i + 1]).startswith("--")
-        if opt in ("--write-requests", "--teacher-tasks") or opt in set_to:
+        if opt == "--teacher-tasks" or opt in set_to:
             i += 2 if has_value else 1
             continue
         cmd += argv[i:i + (2 if has_value else 1)]
@@ -400,8 +401,10 @@ def read_cell(cell, args):
              "pruned": read_json(os.path.join(d, "eval", f"{m}-pruned", "eval.json")) or {},
              "scorecard": rows.get(m)}
         e["tasks"] = task_block(e["eval"])
+        e["tasks_dir"] = os.path.join(d, "eval", m)
         if args.eval_limit:
-            e["tasks"] = rescored(rescore_dir(args, cell, m), args.eval_limit, (r["teacher_tasks"] or {}).get("tasks"))
+            e["tasks_dir"] = rescore_dir(args, cell, m)
+            e["tasks"] = rescored(e["tasks_dir"], args.eval_limit, (r["teacher_tasks"] or {}).get("tasks"))
         # the binding constraint and the student's exact predicted value of every budget
         costs = []
         if m == "autocompress":
@@ -934,6 +937,62 @@ def mean_stderr(block):
     return math.sqrt(sum(x * x for x in se)) / len(se)
 
 
+def doc_correct(requests_path, block):
+    """{task: {doc_id: 1.0 | 0.0}} from an eval's requests.jsonl, scored as `eval` scores it: a
+    multiple-choice document by the first maximum of its choices' log-probabilities (raw, per
+    character or per token: the task's primary metric), a gold-continuation document by its greedy
+    flag. None when the file is missing or unreadable, or when a task's recount differs from the
+    block's primary accuracy (the file is not this block's)."""
+    reqs = {}
+    try:
+        with open(requests_path, encoding="utf-8") as f:
+            for line in f:
+                q = json.loads(line)
+                reqs.setdefault(q["task"], {}).setdefault(q["doc_id"], []).append(q)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    out = {}
+    for t in (block or {}).get("per_task") or []:
+        name, metric = t.get("task"), t.get("primary_metric")
+        docs = reqs.get(name)
+        if not docs:
+            return None
+        norm = {"acc_per_char": "chars", "acc_per_token": "tokens"}.get(metric)
+        hits = {}
+        for doc, qs in docs.items():
+            if t.get("type") != "multiple_choice":
+                hits[doc] = float(bool(qs[0].get("greedy")))
+                continue
+            score = [q["logprob"] / max(1, q[norm]) if norm else q["logprob"] for q in qs]
+            best = max(range(len(qs)), key=lambda i: (score[i], -i))
+            hits[doc] = float(qs[best]["choice"] == qs[0]["label"])
+        primary = (t.get("model") or {}).get("primary")
+        if not num(primary) or abs(sum(hits.values()) / len(hits) - primary) > 1e-9:
+            return None
+        out[name] = hits
+    return out
+
+
+def paired_difference(a_dir, a_block, b_dir, b_block):
+    """(A − B in mean accuracy, its paired standard error), both as fractions: per task the mean
+    and standard error of the per-document differences (both students answer the same
+    documents), over tasks the mean and sqrt(sum se_t^2) / T. None without both requests.jsonl
+    files, or when they do not hold the same documents."""
+    a = doc_correct(os.path.join(a_dir, "requests.jsonl"), a_block)
+    b = doc_correct(os.path.join(b_dir, "requests.jsonl"), b_block)
+    if not a or not b or sorted(a) != sorted(b):
+        return None
+    means, variances = [], []
+    for task in a:
+        if sorted(a[task]) != sorted(b[task]) or len(a[task]) < 2:
+            return None
+        d = [a[task][k] - b[task][k] for k in a[task]]
+        m, sd, n = mean_sd(d)
+        means.append(m)
+        variances.append((sd or 0.0) ** 2 / n)
+    return sum(means) / len(means), math.sqrt(sum(variances)) / len(means)
+
+
 def accuracy_note(target, rs):
     """A reading note for a target where AutoCompress's mean accuracy is not ahead by more than the
     seed spread: the difference per seed beside the document sample's standard error of it, and the
@@ -945,23 +1004,32 @@ def accuracy_note(target, rs):
     m, sd, n = mean_sd(diffs)
     if m > 0 and (n < 2 or (num(sd) and m > sd)):
         return []  # ahead by more than the spread (or one seed and ahead)
-    per_seed = []
+    per_seed, unpaired = [], False
     for r, d in zip(cells, diffs):
-        se = [mean_stderr(r["methods"][x]["tasks"]) for x in METHODS]
-        se_d = 100 * math.sqrt(se[0] ** 2 + se[1] ** 2) if all(num(x) for x in se) else None
-        a, b = per_task(r["methods"]["autocompress"]["tasks"]), per_task(r["methods"]["minitron"]["tasks"])
+        ac, mt = r["methods"]["autocompress"], r["methods"]["minitron"]
+        paired = paired_difference(ac["tasks_dir"], ac["tasks"], mt["tasks_dir"], mt["tasks"])
+        if paired and abs(100 * paired[0] - d) < 1e-6:
+            se_text = f"; paired standard error of it ~{fmt(100 * paired[1], 2)}"
+        else:  # no per-document scores: the bound from each student's own standard error
+            se = [mean_stderr(x["tasks"]) for x in (ac, mt)]
+            se_d = 100 * math.sqrt(se[0] ** 2 + se[1] ** 2) if all(num(x) for x in se) else None
+            se_text = f"; documents' standard error of it ~{fmt(se_d, 2)}" if num(se_d) else ""
+            unpaired = unpaired or bool(se_text)
+        a, b = per_task(ac["tasks"]), per_task(mt["tasks"])
         moves = {k: a[k][0] - b[k][0] for k in a if k in b and num(a[k][0]) and num(b[k][0])}
         top = max(moves, key=lambda k: abs(moves[k])) if moves else None
-        text = f"{fmt(d, 3)} (seed {r['cell'].seed}" + (f"; documents' standard error of it ~{fmt(se_d, 2)}" if num(se_d) else "")
+        text = f"{fmt(d, 3)} (seed {r['cell'].seed}{se_text}"
         if top is not None:
             text += f"; most from {top}: {100 * moves[top]:+.0f} points of that task, {100 * moves[top] / len(a):+.2g} of the mean"
         per_seed.append(text + ")")
     head = "AutoCompress is not ahead of Minitron in mean accuracy" + ("" if n < 2 else " by more than the seed spread")
     return [f"- **{target}: {head}.** AutoCompress − Minitron in points: {fmt(m, 3)}"
             + (f" ± {fmt(sd, 2)}" if num(sd) else "") + "; per seed " + "; ".join(per_seed)
-            + ". A difference within about twice the documents' standard error is what another sample of documents "
-            "could reverse (both students answer the same documents, so the paired error is smaller than this "
-            "unpaired bound)."]
+            + ". The paired standard error is that of the per-document differences (both students answer the same "
+            "documents; per task, then sqrt(sum of squares) / tasks); a difference within about twice it is what "
+            "another sample of documents could reverse"
+            + (" (where no per-document scores were kept, the bound from each student's own standard error, larger "
+               "than the paired one)" if unpaired else "") + "."]
 
 
 def write_results(plt, targets, configs, cells, args):

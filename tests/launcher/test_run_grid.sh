@@ -77,7 +77,7 @@ for name, seeds in (("a", 2), ("b", 1)):
     ahead = float(acc[2].split()[0]) > 0 and (seeds == 1 or acc[6].startswith("AutoCompress better"))
     note = re.search(r"^- \*\*%s: AutoCompress is not ahead of Minitron in mean accuracy.*$" % name, text, re.M)
     assert bool(note) != ahead, f"{name}: accuracy {acc}, note {note and note.group(0)}"
-    assert not note or ("standard error of it ~" in note.group(0) and "most from tiny_" in note.group(0)), note.group(0)
+    assert not note or ("paired standard error of it ~" in note.group(0) and "most from tiny_" in note.group(0)), note.group(0)
     tasks = [l for l in s.splitlines() if re.match(r"\| (tiny_arc|tiny_wino|tiny_lambada|\*\*mean\*\*) \|", l)]
     assert len(tasks) == 4, f"{name}: per-task rows {tasks}"
     for l in tasks:
@@ -113,7 +113,7 @@ took=$(($(date +%s) - start))
 grid grid6.log --targets a --seeds 1,2 --eval-limit 3
 ! grep -q ": running\|: continuing" "$T/grid6.log" && [ "$(grep -c ': done in' "$T/grid6.log")" = 5 ] ||
   { cat "$T/grid6.log"; fail "--eval-limit: cells rerun or not 5 scorings"; }
-$PY - "$T/grid" "$T/results.md" <<'PYEOF' || { cat "$T/results.md"; fail "--eval-limit page"; }
+$PY - "$T/grid" "$T/results.md" "$AC_SOURCE_DIR/scripts" <<'PYEOF' || { cat "$T/results.md"; fail "--eval-limit page"; }
 import json, re, sys
 out, text = sys.argv[1], open(sys.argv[2]).read()
 teacher = json.load(open(f"{out}/teacher-limit3/eval.json"))["tasks"]
@@ -128,6 +128,19 @@ for m, title in (("autocompress", "AutoCompress"), ("minitron", "Minitron")):
     got = float(rows[title][-2].split()[0])
     assert abs(got - want) < 0.05, (title, got, want)
 assert abs(float(rows["teacher"][-2].split()[0]) - 100 * teacher["mean"]) < 0.05, rows["teacher"]
+# The per-document scores are kept beside each rescoring, and the page's paired standard error
+# reads them: recounted by each task's primary metric (multiple choice and the gold continuation
+# of tiny_lambada) they give eval.json's accuracies, and the paired difference is the means'.
+sys.path.insert(0, sys.argv[3])
+import run_grid
+for s in (1, 2):
+    dirs = [f"{out}/a-s{s}/eval-limit3/{m}" for m in ("autocompress", "minitron")]
+    blocks = [json.load(open(f"{d}/eval.json"))["tasks"] for d in dirs]
+    for d, b in zip(dirs, blocks):
+        hits = run_grid.doc_correct(f"{d}/requests.jsonl", b)
+        assert hits and sorted(hits) == sorted(b["tasks"]) and all(len(h) == 3 for h in hits.values()), (d, hits)
+    diff, se = run_grid.paired_difference(dirs[0], blocks[0], dirs[1], blocks[1])
+    assert abs(diff - (blocks[0]["mean"] - blocks[1]["mean"])) < 1e-9 and se >= 0, (diff, se, blocks)
 PYEOF
 grid grid7.log --targets a --seeds 1,2 --eval-limit 3
 [ "$(grep -c 'skipped (scored)' "$T/grid7.log")" = 5 ] || { cat "$T/grid7.log"; fail "--eval-limit rerun rescored"; }
