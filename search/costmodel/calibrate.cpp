@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -977,22 +978,21 @@ json CalibrationResult::to_json() const {
 }
 
 struct SpeedReference::State {
-  HardwareProfile hw;
+  std::map<std::string, double> calibrated_s;  // the profile's points
   torch::TensorOptions opt;
   std::vector<torch::Tensor> pool;  // the GEMM probes' weights
   std::string decode_point, prefill_point;  // the reference's model_decode / model_prefill points
-  std::optional<ColdStep> step;
-  std::optional<model::CausalLM> prefill_model;
+  std::optional<ColdStep> step;     // the reference model, its decode step and its prompt
   torch::Tensor prompt;
   double calibrated(const std::string& point) const {
-    const auto it = hw.calibration_seconds.find(point);
-    return it == hw.calibration_seconds.end() || !(it->second > 0) ? 0.0 : it->second;
+    const auto it = calibrated_s.find(point);
+    return it == calibrated_s.end() || !(it->second > 0) ? 0.0 : it->second;
   }
 };
 
 SpeedReference::SpeedReference(const HardwareProfile& hw, const std::string& dtype) : state_(std::make_shared<State>()) {
   State& s = *state_;
-  s.hw = hw;
+  s.calibrated_s = hw.calibration_seconds;
   const auto dt = dtype == "float32" ? torch::kFloat32 : dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
   s.opt = torch::TensorOptions().dtype(dt);
   torch::NoGradGuard no_grad;
@@ -1001,9 +1001,8 @@ SpeedReference::SpeedReference(const HardwareProfile& hw, const std::string& dty
   constexpr int64_t kPrompt = 128;
   s.decode_point = "model_decode " + model_decode_shape(h, ffn, V);
   s.prefill_point = "model_prefill " + model_prefill_shape(1, h, ffn, V, kPrompt);
-  if (s.calibrated(s.decode_point) > 0) s.step.emplace(block_model(block_spec(h, ffn, V, 1), dt), V);
-  if (s.calibrated(s.prefill_point) > 0) {
-    s.prefill_model = block_model(block_spec(h, ffn, V, 1), dt);
+  if (s.calibrated(s.decode_point) > 0 || s.calibrated(s.prefill_point) > 0) {
+    s.step.emplace(block_model(block_spec(h, ffn, V, 1), dt), V);
     s.prompt = torch::randint(0, V, {1, kPrompt}, torch::kLong);
   }
 }
@@ -1020,10 +1019,11 @@ std::vector<SpeedProbe> SpeedReference::probe(double gemm_seconds) {
     if (s.pool.empty()) s.pool = weight_pool(n, n, s.opt, kGemmPoolBytes);
     out.push_back({point, s.calibrated(point), time_linear(torch::randn({m, n}, s.opt), s.pool, gemm_seconds, clock)});
   }
-  if (s.step) out.push_back({s.decode_point, s.calibrated(s.decode_point), s.step->time(kDecodeCalls, clock)});
-  if (s.prefill_model)
+  if (s.calibrated(s.decode_point) > 0)
+    out.push_back({s.decode_point, s.calibrated(s.decode_point), s.step->time(kDecodeCalls, clock)});
+  if (s.calibrated(s.prefill_point) > 0)
     out.push_back({s.prefill_point, s.calibrated(s.prefill_point),
-                   time_cold_prefill(*s.prefill_model, s.prompt, kPrefillCalls, clock, kPrefillWarmup)});
+                   time_cold_prefill(s.step->m, s.prompt, kPrefillCalls, clock, kPrefillWarmup)});
   return out;
 }
 
