@@ -540,16 +540,24 @@ def retentions(rs, m):
 
 
 def accuracy_diff_row(rs):
-    """[label, direction, mean ± sd, per seed, sd AC, sd MT, verdict] of AutoCompress − Minitron in points."""
+    """[label, direction, mean ± sd, per seed, sd AC, sd MT, verdict] of AutoCompress − Minitron in points.
+    The verdict weighs the difference against the seed spread and, where every seed kept its
+    per-document scores, against twice the documents' paired standard error (the mean over the
+    seeds: they answer the same documents, so averaging seeds does not shrink it)."""
     a, b = acc_points(rs, "autocompress"), acc_points(rs, "minitron")
     diffs = [x - y for x, y in zip(a, b) if num(x) and num(y)]
     dm, dsd, _ = mean_sd(diffs)
     _, sd_a, _ = mean_sd(a)
     _, sd_b, _ = mean_sd(b)
+    v = verdict(diffs, False)
+    paired = [cell_paired(r) for r in rs if all(r["methods"][m]["tasks"] for m in METHODS)]
+    if dm is not None and paired and all(paired):
+        doc_se = 100 * sum(p[1] for p in paired) / len(paired)
+        v += ("; within" if abs(dm) <= 2 * doc_se else "; beyond") + f" twice the documents' paired standard error ({fmt(doc_se, 2)})"
     return ["mean benchmark accuracy (points)", "higher is better",
             (fmt(dm, 3) + (f" ± {fmt(dsd, 2)}" if dsd is not None else "")) if dm is not None else "-",
             ", ".join(fmt(x, 3) for x in diffs) or "-", fmt(sd_a, 2) if sd_a is not None else "-",
-            fmt(sd_b, 2) if sd_b is not None else "-", verdict(diffs, False)]
+            fmt(sd_b, 2) if sd_b is not None else "-", v]
 
 
 def tasks_table(rs):
@@ -744,7 +752,10 @@ def build_page(targets, configs, cells, status, data, args, plot_name):
         sec += ["AutoCompress minus Minitron, paired by seed (both methods of a cell are scored on the same "
                 "eval samples, which differ between seeds: the teacher's own loss moves with them). The verdict "
                 "compares the mean difference with the standard deviation of the per-seed differences (the seed "
-                "spread); the two methods' own standard deviations are beside it.", ""]
+                "spread); the two methods' own standard deviations are beside it. Mean accuracy's verdict also says whether "
+                "the difference is beyond twice the documents' paired standard error (per-document differences of the "
+                "two students on the same documents, the mean over the seeds), the error another sample of documents "
+                "would bring.", ""]
         if bench:
             drows.insert(0, accuracy_diff_row(rs))
             verdicts["accuracy"] = drows[0][6]
@@ -993,6 +1004,13 @@ def paired_difference(a_dir, a_block, b_dir, b_block):
     return sum(means) / len(means), math.sqrt(sum(variances)) / len(means)
 
 
+def cell_paired(r):
+    """paired_difference() of a cell's two students, None unless it reproduces their means' difference."""
+    ac, mt = r["methods"]["autocompress"], r["methods"]["minitron"]
+    paired = paired_difference(ac["tasks_dir"], ac["tasks"], mt["tasks_dir"], mt["tasks"])
+    return paired if paired and abs(paired[0] - (ac["tasks"]["mean"] - mt["tasks"]["mean"])) < 1e-8 else None
+
+
 def accuracy_note(target, rs):
     """A reading note for a target where AutoCompress's mean accuracy is not ahead by more than the
     seed spread: the difference per seed beside the document sample's standard error of it, and the
@@ -1007,8 +1025,8 @@ def accuracy_note(target, rs):
     per_seed, unpaired = [], False
     for r, d in zip(cells, diffs):
         ac, mt = r["methods"]["autocompress"], r["methods"]["minitron"]
-        paired = paired_difference(ac["tasks_dir"], ac["tasks"], mt["tasks_dir"], mt["tasks"])
-        if paired and abs(100 * paired[0] - d) < 1e-6:
+        paired = cell_paired(r)
+        if paired:
             se_text = f"; paired standard error of it ~{fmt(100 * paired[1], 2)}"
         else:  # no per-document scores: the bound from each student's own standard error
             se = [mean_stderr(x["tasks"]) for x in (ac, mt)]

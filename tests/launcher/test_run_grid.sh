@@ -71,7 +71,9 @@ for name, seeds in (("a", 2), ("b", 1)):
     acc = [l for l in s.splitlines() if l.startswith("| mean benchmark accuracy (points) | higher is better |")]
     acc = acc and [c.strip() for c in acc[0].strip("|").split("|")]
     assert acc and all(c and (c != "-" or (seeds == 1 and i in (4, 5))) for i, c in enumerate(acc)), f"{name}: accuracy row {acc}"
-    assert ("±" in acc[2]) == (seeds > 1) and (acc[6] == "one seed: no spread") == (seeds == 1), acc
+    assert ("±" in acc[2]) == (seeds > 1) and acc[6].startswith("one seed: no spread") == (seeds == 1), acc
+    # every student kept its per-document scores: the verdict weighs the documents' paired error too
+    assert re.search(r"; (within|beyond) twice the documents' paired standard error \([0-9.]+\)$", acc[6]), acc[6]
     # the reading note of a target where AutoCompress is not ahead in accuracy (by more than the
     # spread): the difference per seed with the documents' standard error and the task that moved it
     ahead = float(acc[2].split()[0]) > 0 and (seeds == 1 or acc[6].startswith("AutoCompress better"))
