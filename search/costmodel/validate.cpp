@@ -306,25 +306,7 @@ void measure_case(const ValidationCase& c, const ValidationOptions& o, const Tim
   measure_regimes(m, spec, o, timer, dev, sweep, sm);
 }
 
-// The speed reference's time now / at calibration around sweep `s`: the mean of its `kind`
-// probe (model_decode | model_prefill) before and after the sweep; 0 without that probe.
-double sweep_speed(const std::vector<std::vector<SpeedProbe>>& probes, int s, const std::string& kind) {
-  if (s < 0 || size_t(s) + 1 >= probes.size()) return 0;
-  double sum = 0;
-  for (size_t k : {size_t(s), size_t(s) + 1}) {
-    const auto it = std::find_if(probes[k].begin(), probes[k].end(), [&](const SpeedProbe& p) { return p.point.rfind(kind + " ", 0) == 0; });
-    if (it == probes[k].end()) return 0;
-    sum += it->ratio();
-  }
-  return sum / 2;
-}
-
-// |predicted - measured| / measured, the measured time first divided by `speed` when given
-// (> 0): the time at the calibration's speed.
-double ape(double predicted, double measured, double speed = 0) {
-  if (speed > 0) measured /= speed;
-  return std::fabs(predicted - measured) / measured;
-}
+double ape(double predicted, double measured) { return std::fabs(predicted - measured) / measured; }
 
 ErrorSummary summarize(const std::string& key, const std::vector<const RegimeRow*>& rows) {
   ErrorSummary e;
@@ -332,11 +314,8 @@ ErrorSummary summarize(const std::string& key, const std::vector<const RegimeRow
   for (const RegimeRow* r : rows) {
     const double rel = (r->predicted_s - r->measured_s) / r->measured_s;
     e.mape += std::fabs(rel), e.mean_signed += rel, ++e.rows;
-    e.mape_speed_adjusted += r->speed > 0 ? ape(r->predicted_s, r->measured_s, r->speed) : 0.0;
-    e.speed_adjusted = e.rows == 1 ? r->speed > 0 : e.speed_adjusted && r->speed > 0;
   }
-  if (e.rows > 0) e.mape /= e.rows, e.mean_signed /= e.rows, e.mape_speed_adjusted /= e.rows;
-  if (!e.speed_adjusted) e.mape_speed_adjusted = 0;
+  if (e.rows > 0) e.mape /= e.rows, e.mean_signed /= e.rows;
   return e;
 }
 
@@ -398,7 +377,6 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   models.clear();
   reference.reset();
   if (!r.speed_by_sweep.empty()) r.speed_start = r.speed_by_sweep.front(), r.speed_end = r.speed_by_sweep.back();
-  auto speed = [&](int sweep, bool decode) { return sweep_speed(r.speed_by_sweep, sweep, decode ? "model_decode" : "model_prefill"); };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Samples& sm = samples[ci];
     model::ArchSpec spec = cases[ci].spec;
@@ -412,7 +390,6 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     std::tie(row.measured_prefill_s, row.prefill_sweep) = sm.prefill.fastest();
     row.predicted_decode_s = p.tpot_s;
     std::tie(row.measured_decode_s, row.decode_sweep) = sm.steps.fastest();
-    row.prefill_speed = speed(row.prefill_sweep, false), row.decode_speed = speed(row.decode_sweep, true);
     row.predicted_memory_bytes = p.weight_bytes + p.bytes_per_seq + p.activation_bytes;
     row.measured_memory_bytes = sm.peak;
     row.weight_bytes = p.weight_bytes;
@@ -428,7 +405,6 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
       x.regime = decode ? tpot_regime(batch) : ttft_regime(prompt);
       x.predicted_s = decode ? q.tpot_s : q.ttft_s;
       std::tie(x.measured_s, x.sweep) = measured;
-      x.speed = speed(x.sweep, decode);
       if (decode) x.predicted_tok_s = double(batch) / q.tpot_s, x.measured_tok_s = double(batch) / x.measured_s;
       r.regime_rows.push_back(x);
     };
@@ -440,18 +416,12 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
       if (batch != 1) add(o.prompt_tokens, batch, true, sm.regime.at(tpot_regime(batch)).fastest());
   }
   const double n = double(std::max<size_t>(r.rows.size(), 1));
-  r.speed_adjusted = !r.rows.empty();
   for (const auto& row : r.rows) {
     r.mape_prefill += ape(row.predicted_prefill_s, row.measured_prefill_s) / n;
     r.mape_decode += ape(row.predicted_decode_s, row.measured_decode_s) / n;
     r.mape_memory += ape(row.predicted_memory_bytes, row.measured_memory_bytes) / n;
-    r.speed_adjusted = r.speed_adjusted && row.prefill_speed > 0 && row.decode_speed > 0;
-    r.mape_prefill_speed_adjusted += ape(row.predicted_prefill_s, row.measured_prefill_s, row.prefill_speed) / n;
-    r.mape_decode_speed_adjusted += ape(row.predicted_decode_s, row.measured_decode_s, row.decode_speed) / n;
   }
   r.mape_latency = (r.mape_prefill + r.mape_decode) / 2;
-  if (!r.speed_adjusted) r.mape_prefill_speed_adjusted = r.mape_decode_speed_adjusted = 0;
-  r.mape_latency_speed_adjusted = (r.mape_prefill_speed_adjusted + r.mape_decode_speed_adjusted) / 2;
   summarize_regimes(r);
   return r;
 }
@@ -468,7 +438,6 @@ nlohmann::json ValidationResult::to_json() const {
                       {"weight_bytes", x.weight_bytes},
                       {"wall_clock_s", {{"prefill", x.wall_prefill_s}, {"decode", x.wall_decode_s}}},
                       {"sweep", {{"prefill", x.prefill_sweep}, {"decode", x.decode_sweep}}},
-                      {"speed_ratio", {{"prefill", x.prefill_speed}, {"decode", x.decode_speed}}},
                       {"samples_s", {{"prefill", x.prefill_samples_s}, {"decode", x.decode_samples_s}}}});
   nlohmann::json speed = nlohmann::json::array();
   for (size_t i = 0; i < speed_start.size() && i < speed_end.size(); ++i)
@@ -488,7 +457,7 @@ nlohmann::json ValidationResult::to_json() const {
     nlohmann::json q = {{"name", x.name},       {"kinds", x.kinds},         {"regime", x.regime},
                         {"prompt_tokens", x.prompt_tokens}, {"concurrency", x.concurrency},
                         {"seconds", {{"predicted", x.predicted_s}, {"measured", x.measured_s}}},
-                        {"sweep", x.sweep}, {"speed_ratio", x.speed}};
+                        {"sweep", x.sweep}};
     if (x.decode) q["tokens_per_s"] = {{"predicted", x.predicted_tok_s}, {"measured", x.measured_tok_s}};
     regimes_j.push_back(q);
   }
@@ -496,11 +465,10 @@ nlohmann::json ValidationResult::to_json() const {
     nlohmann::json j = nlohmann::json::object();
     for (const auto& e : v) {
       j[e.key] = {{"rows", e.rows}, {"mape", e.mape}, {"mean_signed_error", e.mean_signed}};
-      if (e.speed_adjusted) j[e.key]["mape_speed_adjusted"] = e.mape_speed_adjusted;
     }
     return j;
   };
-  nlohmann::json out = {{"format", "autocompress.cost_validation"},
+  return {{"format", "autocompress.cost_validation"},
           {"version", 1},
           {"hardware", hardware},
           {"engine", engine},
@@ -530,15 +498,9 @@ nlohmann::json ValidationResult::to_json() const {
           {"mape_by_regime", summaries(by_regime)},
           {"mape_by_layer_kind", summaries(by_kind)},
           {"machine_speed_by_sweep", by_sweep},
-          {"speed_reference", "the profile's own points re-timed before every sweep and after the last; a measured time's "
-                              "speed_ratio is its reference's (model_decode for decode, model_prefill for prefill) time "
-                              "now / at calibration, the mean of the probes before and after its sweep; "
-                              "mape_speed_adjusted divides each measured time by it"}};
-  if (speed_adjusted)
-    out["mape_speed_adjusted"] = {{"prefill", mape_prefill_speed_adjusted},
-                                  {"decode", mape_decode_speed_adjusted},
-                                  {"latency", mape_latency_speed_adjusted}};
-  return out;
+          {"speed_reference", "the profile's own points re-timed before every sweep and after the last "
+                              "(machine_speed_by_sweep: now_s per probe); each measured time's `sweep` is the sweep "
+                              "whose median was kept"}};
 }
 
 std::string ValidationResult::table() const {
@@ -574,8 +536,8 @@ std::string ValidationResult::table() const {
   return out;
 }
 
-// The speed reference's ratios per probe, the MAPEs at the calibration's speed, and a note
-// when the machine as a whole ran far from its calibrated speed.
+// The speed reference's ratios per probe, and a note when the machine as a whole ran far from
+// its calibrated speed.
 std::string ValidationResult::speed_table() const {
   if (speed_by_sweep.empty() || speed_start.empty()) return "";
   std::string out = "machine speed vs the profile's calibration (time now / then, before each sweep and after the last):\n";
@@ -590,13 +552,6 @@ std::string ValidationResult::speed_table() const {
         line += buf, ratios.push_back(probe[i].ratio());
       }
     out += line + "\n";
-  }
-  if (speed_adjusted) {
-    std::snprintf(buf, sizeof buf,
-                  "MAPE at the calibration's speed (each time divided by its sweep's model_prefill / model_decode "
-                  "ratio): prefill %.1f%%, decode %.1f%% (latency %.1f%%)\n",
-                  100 * mape_prefill_speed_adjusted, 100 * mape_decode_speed_adjusted, 100 * mape_latency_speed_adjusted);
-    out += buf;
   }
   const double med = median(ratios);
   if (med > 1.15 || med < 1 / 1.15) {
@@ -620,10 +575,6 @@ std::string ValidationResult::regimes_table() const {
     std::snprintf(buf, sizeof buf, "  %-12s %3d rows: MAPE %5.1f%%, mean signed %+6.1f%%", e.key.c_str(), e.rows,
                   100 * e.mape, 100 * e.mean_signed);
     out += buf;
-    if (e.speed_adjusted) {
-      std::snprintf(buf, sizeof buf, " (at calibration speed %.1f%%)", 100 * e.mape_speed_adjusted);
-      out += buf;
-    }
     if (meas_tok > 0) {
       std::snprintf(buf, sizeof buf, "; mean tokens/s predicted %.0f, measured %.0f", pred_tok, meas_tok);
       out += buf;

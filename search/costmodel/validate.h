@@ -57,8 +57,7 @@ struct RegimeRow {
   bool decode = false;
   double predicted_s = 0, measured_s = 0;
   double predicted_tok_s = 0, measured_tok_s = 0;  // decode rows: concurrency / TPOT
-  int sweep = -1;      // the sweep whose median was kept
-  double speed = 0;    // the speed reference's time now / at calibration around that sweep (0: none)
+  int sweep = -1;  // the sweep whose median was kept
 };
 
 // Errors of a group of rows: mean absolute and mean signed relative error (predicted vs
@@ -67,10 +66,6 @@ struct ErrorSummary {
   std::string key;
   int rows = 0;
   double mape = 0, mean_signed = 0;
-  // The MAPE with each measured time divided by its sweep's speed ratio (RegimeRow::speed): the
-  // error at the calibration's machine speed; set when every row has a ratio.
-  bool speed_adjusted = false;
-  double mape_speed_adjusted = 0;
 };
 
 struct ValidationRow {
@@ -82,7 +77,6 @@ struct ValidationRow {
   double weight_bytes = 0;  // predicted weights (part of predicted memory), for the report
   double wall_prefill_s = 0, wall_decode_s = 0;  // the same medians by the wall clock (waits for a core included)
   int prefill_sweep = -1, decode_sweep = -1;     // the sweeps whose medians were kept
-  double prefill_speed = 0, decode_speed = 0;    // the speed reference's ratio around them (RegimeRow::speed)
   std::vector<double> prefill_samples_s, decode_samples_s;  // every timed prefill / step, in the order measured
 };
 
@@ -98,10 +92,6 @@ struct ValidationResult {
   // calibrated. speed_start / speed_end: the first and last probe.
   std::vector<std::vector<SpeedProbe>> speed_by_sweep;
   std::vector<SpeedProbe> speed_start, speed_end;
-  // The MAPEs with each measured time at the calibration's speed (ErrorSummary); set when the
-  // profile holds the reference's points (a CPU profile calibrated by this version).
-  bool speed_adjusted = false;
-  double mape_prefill_speed_adjusted = 0, mape_decode_speed_adjusted = 0, mape_latency_speed_adjusted = 0;
   // Every architecture in every regime (the base row's two included), and their errors per
   // regime and per layer kind (a row counts for every kind its architecture has).
   std::vector<RegimeRow> regime_rows;
@@ -109,7 +99,7 @@ struct ValidationResult {
   nlohmann::json to_json() const;
   std::string table() const;
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
-  std::string speed_table() const;    // the speed reference per probe and the MAPE at calibration speed
+  std::string speed_table() const;    // the speed reference's ratios, probe by probe
 };
 
 ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine,
