@@ -1005,10 +1005,14 @@ def paired_difference(a_dir, a_block, b_dir, b_block):
 
 
 def cell_paired(r):
-    """paired_difference() of a cell's two students, None unless it reproduces their means' difference."""
-    ac, mt = r["methods"]["autocompress"], r["methods"]["minitron"]
-    paired = paired_difference(ac["tasks_dir"], ac["tasks"], mt["tasks_dir"], mt["tasks"])
-    return paired if paired and abs(paired[0] - (ac["tasks"]["mean"] - mt["tasks"]["mean"])) < 1e-8 else None
+    """paired_difference() of a cell's two students, None unless it reproduces their means' difference;
+    read once per cell (the verdict, the per-task table and the notes all ask)."""
+    if "paired" not in r:
+        ac, mt = r["methods"]["autocompress"], r["methods"]["minitron"]
+        paired = paired_difference(ac["tasks_dir"], ac["tasks"], mt["tasks_dir"], mt["tasks"])
+        ok = paired and abs(paired[0] - (ac["tasks"]["mean"] - mt["tasks"]["mean"])) < 1e-8
+        r["paired"] = paired if ok else None
+    return r["paired"]
 
 
 def accuracy_note(target, rs):
