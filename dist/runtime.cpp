@@ -1,9 +1,13 @@
 // MPI runtime: init, rank discovery, guarded execution and job-wide abort.
 #include "dist/runtime.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
+#include <system_error>
 
 #include "dist/device.h"
 #include "dist/error.h"
@@ -30,9 +34,42 @@ bool local_rank_from_env(int* rank, std::string* source) {
   return false;
 }
 
+// Set by a process started by mpirun / srun / Hydra (Open MPI's own, PMIx's, PMI's names).
+bool started_by_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE"})
+    if (std::getenv(name)) return true;
+  return false;
+}
+
+// The session base this process made for itself (empty when it made none), and the variable
+// that tells a child which base its parent made.
+std::string& own_session_base() {
+  static std::string base;
+  return base;
+}
+constexpr const char* kSessionBaseVar = "OMPI_MCA_orte_tmpdir_base";
+constexpr const char* kMadeBaseVar = "AC_SINGLETON_SESSION_BASE";
+
 }  // namespace
 
-void prefer_isolated_singleton() { setenv("OMPI_MCA_ess_singleton_isolated", "1", 0); }
+void prefer_isolated_singleton() {
+  setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
+  if (started_by_launcher()) return;
+  const char* set = std::getenv(kSessionBaseVar);
+  const char* made = std::getenv(kMadeBaseVar);
+  if (set && !(made && std::string(set) == made)) return;  // the user's choice
+  const char* tmp = std::getenv("TMPDIR");
+  own_session_base() = std::string(tmp && *tmp ? tmp : "/tmp") + "/ompi-singleton." + std::to_string(getpid());
+  setenv(kSessionBaseVar, own_session_base().c_str(), 1);
+  setenv(kMadeBaseVar, own_session_base().c_str(), 1);
+}
+
+void remove_singleton_session_base() {
+  if (own_session_base().empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(own_session_base(), ignored);
+  own_session_base().clear();
+}
 
 Runtime::Runtime(int* argc, char*** argv) {
   int initialized = 0;
@@ -74,7 +111,10 @@ Runtime::Runtime(SelfView, const Runtime& job)
 Runtime::~Runtime() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  if (owns_mpi_ && !finalized) {
+    MPI_Finalize();
+    remove_singleton_session_base();
+  }
 }
 
 std::string Runtime::device() const { return choose_device("auto", local_rank_).device; }
@@ -91,7 +131,10 @@ void Runtime::abort(int code, const std::string& message) const {
   std::fflush(stderr);
   std::fflush(stdout);
   if (job_size_ > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  if (owns_mpi_) MPI_Finalize();
+  if (owns_mpi_) {
+    MPI_Finalize();
+    remove_singleton_session_base();
+  }
   std::exit(code);
 }
 

@@ -42,5 +42,6 @@ int main(int argc, char** argv) {
   int any_failed = 0;
   MPI_Allreduce(&failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();
+  ac::dist::remove_singleton_session_base();
   return any_failed;
 }
