@@ -81,9 +81,12 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
   if (kind == "mlp_decode") t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1];
   if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
   if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
-  if (kind == "model_decode")
-    t += c.attn_fixed + c.attn_per_kv * f.at(1) + c.attn_per_q * f.at(2) + c.mlp_fixed + c.mlp_per_ffn * f.at(3) +
+  if (kind == "model_decode") {  // f: {1, past kv_dim, past q_dim, ffn, blocks}; gemms: every block's and the head's
+    const double blocks = f.at(4);
+    t += blocks * (c.attn_fixed + c.attn_per_kv * f.at(1) + c.attn_per_q * f.at(2) + c.mlp_fixed + c.mlp_per_ffn * f.at(3) +
+                   2.0 * c.model_per_layer) +
          c.model_fixed;
+  }
   return t;
 }
 
@@ -426,15 +429,32 @@ struct ColdStep {
   ColdStep(model::CausalLM model, int64_t V) : m(std::move(model)), tok(torch::randint(0, V, {1, 1}, torch::kLong)) {
     (void)m->forward(torch::randint(0, V, {1, kPast}, torch::kLong), &filled);
   }
+  void step() {
+    model::InferenceCache c = filled;
+    (void)m->forward(tok, &c);
+  }
   double time(int n, const Stopwatch& clock) {
-    return time_cold(
-        [&] {
-          model::InferenceCache c = filled;
-          (void)m->forward(tok, &c);
-        },
-        n, clock);
+    return time_cold([&] { step(); }, n, clock);
   }
 };
+// The cold steps of several models timed call by call in turn (after one untimed round), each
+// the median of its n calls: a machine whose latency-bound work switches between a fast and a
+// slow state from one second to the next (docs/costmodel.md, "The cold decode step is
+// bimodal") then puts the same states into every model's median, and their differences (what
+// a block adds) do not depend on which state each happened to be timed in.
+std::vector<double> time_cold_in_turn(std::vector<ColdStep>& steps, int n, const Stopwatch& clock) {
+  std::vector<std::vector<double>> t(steps.size());
+  for (int i = 0; i <= n; ++i)
+    for (size_t k = 0; k < steps.size(); ++k) {
+      evict_cpu_caches();
+      const double a = clock.now();
+      steps[k].step();
+      if (i > 0) t[k].push_back(clock.now() - a);
+    }
+  std::vector<double> out;
+  for (auto& v : t) out.push_back(median(std::move(v)));
+  return out;
+}
 // The cold prefill of `p` tokens into an empty cache, then the last token's logits (as `cost
 // validate` times a prefill): the median of n calls after `warmup` untimed ones.
 double time_cold_prefill(model::CausalLM& m, const torch::Tensor& ids, int n, const Stopwatch& clock, int warmup) {
@@ -447,8 +467,9 @@ double time_cold_prefill(model::CausalLM& m, const torch::Tensor& ids, int n, co
       },
       n, clock, warmup);
 }
-std::string model_decode_shape(int64_t h, int64_t ffn, int64_t V) {
-  return "h" + std::to_string(h) + " ffn " + std::to_string(ffn) + " vocab " + std::to_string(V);
+std::string model_decode_shape(int64_t h, int64_t ffn, int64_t V, int blocks = 1) {
+  const std::string layer = "h" + std::to_string(h) + " ffn " + std::to_string(ffn);
+  return (blocks == 1 ? layer : std::to_string(blocks) + "x(" + layer + ")") + " vocab " + std::to_string(V);
 }
 std::string model_prefill_shape(int blocks, int64_t h, int64_t ffn, int64_t V, int64_t p) {
   return std::to_string(blocks) + "x(h" + std::to_string(h) + " ffn " + std::to_string(ffn) + ") vocab " +
@@ -456,25 +477,35 @@ std::string model_prefill_shape(int blocks, int64_t h, int64_t ffn, int64_t V, i
 }
 constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuickPrefillCalls = 3, kPrefillWarmup = 6;
 
-// Whole decode steps of a one-block model at chosen hidden and vocabulary sizes, 8 tokens
-// cached, each step started from evicted caches as a step of a model larger than the
+// Whole decode steps of one- and two-block models at chosen hidden and vocabulary sizes, 8
+// tokens cached, each step started from evicted caches as a step of a model larger than the
 // last-level cache starts: what a step costs beyond its sublayers' pooled steps and the LM
-// head's GEMM (the embedding lookup, final norm, logits, and the cold code and page tables of
-// its first kernels) is the `model_decode` term (HardwareProfile::DecodeStepCost::model_fixed).
-// Features: the attention step's {1, past x kv_dim, past x q_dim}, then the FFN width.
+// head's GEMM is the `model_decode` terms (HardwareProfile::DecodeStepCost): model_fixed once
+// per step (the embedding lookup, final norm, logits, the cold code and page tables of its
+// first kernels) and model_per_layer per sublayer (a pooled sublayer step keeps its code warm;
+// in a cold model step each sublayer's norm, cache and activations come from memory too). One
+// block alone cannot tell the two apart: a one-block fit charged 0.3 ms per step and nothing
+// per layer, over-predicting one-block models by ~15% and under-predicting deep ones by ~10%.
+// Features: the attention step's {1, past x kv_dim, past x q_dim}, the FFN width, the blocks.
 void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
                          std::vector<CalibrationPoint>& points) {
   for (const auto& [h, ffn, V] : model_sizes(o.quick)) {
-    const model::ArchSpec spec = block_spec(h, ffn, V, 1);
-    ColdStep step(block_model(spec, dt), V);
-    const model::LayerSpec& l = spec.layers[0];
-    const int64_t heads = l.attention->num_heads, kv = l.attention->num_kv_heads;
-    add_point(points, "model_decode", model_decode_shape(h, ffn, V), 0, 0,
-              step.time(o.quick ? kQuickDecodeCalls : kDecodeCalls, clock));
-    const double qd = double(heads * kBlockHeadDim), kvd = double(kv * kBlockHeadDim), hd = double(h), f = double(ffn);
-    points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f};
-    points.back().gemms = {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1},
-                           {f, hd, 1},  {f, hd, 1},   {hd, f, 1},   {double(V), hd, 1}};
+    std::vector<ColdStep> steps;
+    for (int blocks : {1, 2}) steps.emplace_back(block_model(block_spec(h, ffn, V, blocks), dt), V);
+    const std::vector<double> s = time_cold_in_turn(steps, o.quick ? kQuickDecodeCalls : kDecodeCalls, clock);
+    for (int blocks : {1, 2}) {
+      const model::ArchSpec spec = block_spec(h, ffn, V, blocks);
+      const model::LayerSpec& l = spec.layers[0];
+      const int64_t heads = l.attention->num_heads, kv = l.attention->num_kv_heads;
+      add_point(points, "model_decode", model_decode_shape(h, ffn, V, blocks), 0, 0, s[size_t(blocks - 1)]);
+      const double qd = double(heads * kBlockHeadDim), kvd = double(kv * kBlockHeadDim), hd = double(h), f = double(ffn);
+      points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f, double(blocks)};
+      for (int b = 0; b < blocks; ++b)
+        for (const auto& g : std::vector<std::array<double, 3>>{
+                 {qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}, {f, hd, 1}, {f, hd, 1}, {hd, f, 1}})
+          points.back().gemms.push_back(g);
+      points.back().gemms.push_back({double(V), hd, 1});
+    }
   }
 }
 
@@ -555,13 +586,21 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
       if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
       if (k == "mamba_decode") d.mamba_fixed = f[0];
     }
-    // The model step's rest: the median of each point's time minus its sublayers and head GEMM.
-    std::vector<double> rest;
-    d.model_fixed = 0;
+    // The model step's rest: each point's time minus its sublayers and head GEMM, fitted as
+    // model_fixed + model_per_layer x sublayers (non-negative).
+    X.clear(), t.clear();
+    std::vector<double> off;
+    d.model_fixed = d.model_per_layer = 0;
     for (const auto& p : points)
-      if (p.kind == "model_decode") rest.push_back(p.seconds - decode_step_seconds(h, p.kind, p.features, p.gemms, eb));
-    d.model_fixed = rest.empty() ? 0.0 : std::max(0.0, median(rest));
-    d.has_model_fixed = !rest.empty();
+      if (p.kind == "model_decode") {
+        X.push_back({1.0, 2.0 * p.features.at(4)}), t.push_back(p.seconds);
+        off.push_back(decode_step_seconds(h, p.kind, p.features, p.gemms, eb));
+      }
+    if (!X.empty()) {
+      const std::vector<double> c = fit_nonneg(X, t, off);
+      d.model_fixed = c[0], d.model_per_layer = c[1];
+    }
+    d.has_model_fixed = d.has_model_per_layer = !X.empty();
   }
 }
 

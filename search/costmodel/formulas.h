@@ -315,7 +315,8 @@ class Evaluator {
             shared * mlp_gemvs(d.moe_mats, d.shared_ffn, H, n) +
             touched * mlp_gemvs(d.moe_mats, d.expert_ffn, d.moe_width, d.top_k * n / O::maximum(touched, 1.0)) +
             touched * c.moe_per_expert + c.moe_fixed;
-    return d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
+    return d.attn_keep * (attn + c.model_per_layer) + d.mamba_keep * (mamba + c.model_per_layer) +
+           d.mlp_keep * (mlp + c.model_per_layer) + d.moe_keep * (moe + c.model_per_layer);
   }
 
   // Peak bytes of the tensors an eager implementation (model/layers/*) holds at once in each

@@ -92,6 +92,8 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
     return "profile '" + hw.id + "' has no batched decode GEMMs (2-16 rows) measured";
   if (hw.decode.measured && !hw.decode.has_model_fixed)  // cached before whole model steps were timed
     return "profile '" + hw.id + "' has no cold model decode step measured";
+  if (hw.decode.measured && !hw.decode.has_model_per_layer)  // cached before two-block model steps were timed
+    return "profile '" + hw.id + "' has no per-layer cost of a cold model decode step measured";
   if (hw.decode.measured && !hw.prefill.measured)  // cached before whole model prefills were timed
     return "profile '" + hw.id + "' has no cold model prefill measured";
   if (const std::string busy = busy_warning(hw, trust.max_other_cores); !busy.empty()) {

@@ -134,12 +134,13 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
           {"mlp_fixed_s", &c.mlp_fixed},     {"mlp_per_ffn_s", &c.mlp_per_ffn},     {"moe_fixed_s", &c.moe_fixed},
           {"moe_per_expert_s", &c.moe_per_expert}, {"mamba_fixed_s", &c.mamba_fixed},
           {"gemv_per_row_out_s", &c.gemv_per_row_out}, {"gemv_per_row_mac_s", &c.gemv_per_row_mac},
-          {"model_fixed_s", &c.model_fixed}};
+          {"model_fixed_s", &c.model_fixed}, {"model_per_layer_s", &c.model_per_layer}};
 }
 // The per-extra-row terms, absent from profiles calibrated on one-row GEMMs only, and the
-// model step's own term, absent from profiles made before it was measured.
+// model step's own terms, absent from profiles made before they were measured.
 bool optional_decode_field(const std::string& name) {
-  return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s";
+  return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s" ||
+         name == "model_per_layer_s";
 }
 // The prefill_step block's JSON fields (HardwareProfile::PrefillStepCost), in file order.
 std::vector<std::pair<const char*, double*>> prefill_step_fields(HardwareProfile::PrefillStepCost& c) {
@@ -206,6 +207,7 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     // A profile fitted on one-row GEMMs only charged every row as a one-row GEMM's outputs.
     c.batched = x.contains("gemv_per_row_out_s") || x.contains("gemv_per_row_mac_s");
     c.has_model_fixed = x.contains("model_fixed_s");
+    c.has_model_per_layer = x.contains("model_per_layer_s");
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
   }
@@ -313,7 +315,9 @@ json hardware_to_json(const HardwareProfile& h) {
     auto c = h.decode;
     json x = json::object();
     for (const auto& [name, ptr] : decode_step_fields(c))
-      if (!optional_decode_field(name) || (std::string(name) == "model_fixed_s" ? c.has_model_fixed : c.batched))
+      if (const std::string n = name; !optional_decode_field(n) || (n == "model_fixed_s"       ? c.has_model_fixed
+                                                                     : n == "model_per_layer_s" ? c.has_model_per_layer
+                                                                                                : c.batched))
         x[name] = *ptr;
     j["decode_step"] = x;
   }

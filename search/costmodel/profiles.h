@@ -70,11 +70,13 @@ struct HardwareProfile {
   //   dispatch): attention attn_fixed + attn_per_kv x b past kv_dim + attn_per_q x b past q_dim;
   //   MLP mlp_fixed + mlp_per_ffn x b ffn; MoE moe_fixed + moe_per_expert x touched;
   //   Mamba (on top of the `mamba` step term) mamba_fixed.
-  //   The model's step beyond its layers and the LM head's GEMM (fitted on one-block models),
-  //   started from cold caches as a
-  //   step of a model larger than the last-level cache is (embedding, final norm, logits, the
-  //   first touches of cold code and page tables): model_fixed, once per step (`has_model_fixed`:
-  //   measured; profiles from before it charge 0 and are recalibrated when cached).
+  //   The model's step beyond its layers and the LM head's GEMM (fitted on one- and two-block
+  //   models), started from cold caches as a step of a model larger than the last-level cache
+  //   is (embedding, final norm, logits, the first touches of cold code and page tables):
+  //   model_fixed once per step, and model_per_layer once per sublayer: what a sublayer costs in
+  //   a whole cold step beyond its price from a pool of warm-code copies (its norm weights, its
+  //   cache and activations from memory). `has_model_fixed` / `has_model_per_layer`: measured;
+  //   profiles from before either charge 0 and are recalibrated when cached.
   struct DecodeStepCost {
     bool measured = false;
     double gemv_fixed = 0, gemv_per_byte = 0, gemv_per_out = 0;
@@ -86,6 +88,8 @@ struct HardwareProfile {
     bool batched = false;  // the per-row terms were measured (2-16-row GEMMs)
     double model_fixed = 0;
     bool has_model_fixed = false;
+    double model_per_layer = 0;
+    bool has_model_per_layer = false;
   } decode;
   // Measured rest of an eager prefill, CPU profiles only: what a whole model's prefill from
   // cold caches takes beyond the operators the formulas price (fitted by `cost calibrate` on

@@ -28,8 +28,10 @@ flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split(":
 want = "bfloat16" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 assert j["calibrated_on"]["dtype"] == want, (j["calibrated_on"], want)  # --dtype auto
 # The cold model step was measured (a profile without it would be recalibrated when cached).
-assert j["decode_step"]["model_fixed_s"] >= 0, j["decode_step"]
-assert any(p["kind"] == "model_decode" for p in j["measurements"]["points"]), "no model_decode points"
+assert j["decode_step"]["model_fixed_s"] >= 0 and j["decode_step"]["model_per_layer_s"] >= 0, j["decode_step"]
+# ... on one- and two-block models (one block alone cannot tell the step's term from the layers').
+shapes = [p["shape"] for p in j["measurements"]["points"] if p["kind"] == "model_decode"]
+assert any(s.startswith("h") for s in shapes) and any(s.startswith("2x(") for s in shapes), shapes
 # ... and the cold whole-model prefill's rest (PrefillStepCost), fitted on model_prefill points.
 assert all(j["prefill_step"][k] >= 0 for k in ("model_fixed_s", "model_per_element_s")), j
 assert any(p["kind"] == "model_prefill" for p in j["measurements"]["points"]), "no model_prefill points"

@@ -256,6 +256,21 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
     w.concurrency = b;
     EXPECT_NEAR(predict(tiny, hs, eager, w).tpot_s - predict(tiny, hr, eager, w).tpot_s, 5.7e-4, 1e-12) << b;
   }
+  // The per-sublayer term: absent (0) or read and written back, charged once per sublayer
+  // (here two MLPs) and per step, whatever the batch.
+  EXPECT_FALSE(hs.decode.has_model_per_layer);
+  EXPECT_FALSE(hardware_to_json(hs)["decode_step"].contains("model_per_layer_s"));
+  auto layered = stepped;
+  layered["decode_step"]["model_per_layer_s"] = 3.1e-5;
+  const HardwareProfile hl = hardware_from_json(layered, "x.json");
+  EXPECT_TRUE(hl.decode.has_model_per_layer);
+  EXPECT_EQ(hardware_to_json(hl)["decode_step"], layered["decode_step"]);
+  for (int64_t b : {1, 4}) {
+    w.concurrency = b;
+    EXPECT_NEAR(predict(tiny, hl, eager, w).tpot_s - predict(tiny, hs, eager, w).tpot_s, 2 * 3.1e-5, 1e-12) << b;
+  }
+  layered["decode_step"]["model_per_layer_s"] = -1;
+  EXPECT_THROW(hardware_from_json(layered, "x.json"), ac::InputError);
   stepped["decode_step"]["model_fixed_s"] = -1;
   EXPECT_THROW(hardware_from_json(stepped, "x.json"), ac::InputError);
   rows["decode_step"]["gemv_per_row_mac_s"] = -1;
