@@ -493,12 +493,11 @@ void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Sto
     std::vector<ColdStep> steps;
     for (int blocks : {1, 2}) steps.emplace_back(block_model(block_spec(h, ffn, V, blocks), dt), V);
     const std::vector<double> s = time_cold_in_turn(steps, o.quick ? kQuickDecodeCalls : kDecodeCalls, clock);
+    const model::AttentionSpec a = *block_spec(h, ffn, V, 1).layers[0].attention;  // every block's
+    const double qd = double(a.num_heads * kBlockHeadDim), kvd = double(a.num_kv_heads * kBlockHeadDim), hd = double(h),
+                 f = double(ffn);
     for (int blocks : {1, 2}) {
-      const model::ArchSpec spec = block_spec(h, ffn, V, blocks);
-      const model::LayerSpec& l = spec.layers[0];
-      const int64_t heads = l.attention->num_heads, kv = l.attention->num_kv_heads;
       add_point(points, "model_decode", model_decode_shape(h, ffn, V, blocks), 0, 0, s[size_t(blocks - 1)]);
-      const double qd = double(heads * kBlockHeadDim), kvd = double(kv * kBlockHeadDim), hd = double(h), f = double(ffn);
       points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f, double(blocks)};
       for (int b = 0; b < blocks; ++b)
         for (const auto& g : std::vector<std::array<double, 3>>{

@@ -142,6 +142,12 @@ bool optional_decode_field(const std::string& name) {
   return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s" ||
          name == "model_per_layer_s";
 }
+// Whether a decode_step field is written: the required ones always, an optional one when measured.
+bool decode_field_written(const HardwareProfile::DecodeStepCost& c, const std::string& name) {
+  if (name == "model_fixed_s") return c.has_model_fixed;
+  if (name == "model_per_layer_s") return c.has_model_per_layer;
+  return !optional_decode_field(name) || c.batched;
+}
 // The prefill_step block's JSON fields (HardwareProfile::PrefillStepCost), in file order.
 std::vector<std::pair<const char*, double*>> prefill_step_fields(HardwareProfile::PrefillStepCost& c) {
   return {{"model_fixed_s", &c.model_fixed}, {"model_per_element_s", &c.model_per_element}};
@@ -315,10 +321,7 @@ json hardware_to_json(const HardwareProfile& h) {
     auto c = h.decode;
     json x = json::object();
     for (const auto& [name, ptr] : decode_step_fields(c))
-      if (const std::string n = name; !optional_decode_field(n) || (n == "model_fixed_s"       ? c.has_model_fixed
-                                                                     : n == "model_per_layer_s" ? c.has_model_per_layer
-                                                                                                : c.batched))
-        x[name] = *ptr;
+      if (decode_field_written(c, name)) x[name] = *ptr;
     j["decode_step"] = x;
   }
   if (h.prefill.measured) {

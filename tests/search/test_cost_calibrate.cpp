@@ -234,15 +234,20 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_TRUE(hr.decode.batched);
   EXPECT_DOUBLE_EQ(hr.decode.gemv_per_row_out, 4e-9);
   EXPECT_EQ(hardware_to_json(hr)["decode_step"], rows["decode_step"]);
+  // A decode_step field added to `profile`: read, and written back as it was.
+  auto with_field = [](const nlohmann::json& profile, const char* field, double value) {
+    nlohmann::json out = profile;
+    out["decode_step"][field] = value;
+    const HardwareProfile read = hardware_from_json(out, "x.json");
+    EXPECT_EQ(hardware_to_json(read)["decode_step"], out["decode_step"]) << field;
+    return std::make_pair(out, read);
+  };
   // The model step's own term: absent (0, has_model_fixed false) or read and written back.
   EXPECT_FALSE(hr.decode.has_model_fixed);
   EXPECT_FALSE(hardware_to_json(hr)["decode_step"].contains("model_fixed_s"));
-  auto stepped = rows;
-  stepped["decode_step"]["model_fixed_s"] = 5.7e-4;
-  const HardwareProfile hs = hardware_from_json(stepped, "x.json");
+  auto [stepped, hs] = with_field(rows, "model_fixed_s", 5.7e-4);
   EXPECT_TRUE(hs.decode.has_model_fixed);
   EXPECT_DOUBLE_EQ(hs.decode.model_fixed, 5.7e-4);
-  EXPECT_EQ(hardware_to_json(hs)["decode_step"], stepped["decode_step"]);
   // and it is charged once per decode step, whatever the batch.
   ac::model::ArchSpec tiny;
   tiny.hidden_size = 256, tiny.vocab_size = 4096, tiny.dtype = "bfloat16";
@@ -260,11 +265,8 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   // (here two MLPs) and per step, whatever the batch.
   EXPECT_FALSE(hs.decode.has_model_per_layer);
   EXPECT_FALSE(hardware_to_json(hs)["decode_step"].contains("model_per_layer_s"));
-  auto layered = stepped;
-  layered["decode_step"]["model_per_layer_s"] = 3.1e-5;
-  const HardwareProfile hl = hardware_from_json(layered, "x.json");
+  auto [layered, hl] = with_field(stepped, "model_per_layer_s", 3.1e-5);
   EXPECT_TRUE(hl.decode.has_model_per_layer);
-  EXPECT_EQ(hardware_to_json(hl)["decode_step"], layered["decode_step"]);
   for (int64_t b : {1, 4}) {
     w.concurrency = b;
     EXPECT_NEAR(predict(tiny, hl, eager, w).tpot_s - predict(tiny, hs, eager, w).tpot_s, 2 * 3.1e-5, 1e-12) << b;
