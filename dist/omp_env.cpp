@@ -91,6 +91,15 @@ void set_compute_threads(int n) {
   if (auto set = openblas_symbol<void (*)(int)>("openblas_set_num_threads")) set(n);
 }
 
+ScopedComputeThreads::ScopedComputeThreads(int n) {
+  if (n <= 0) return;
+  previous_ = at::get_num_threads();
+  set_compute_threads(n);
+}
+ScopedComputeThreads::~ScopedComputeThreads() {
+  if (previous_ > 0) set_compute_threads(previous_);
+}
+
 int blas_threads() {
   auto get = openblas_symbol<int (*)()>("openblas_get_num_threads");
   return get ? get() : 0;

@@ -55,4 +55,18 @@ void set_compute_threads(int n);
 // OpenBLAS's thread count, or 0 when LibTorch does not run on OpenBLAS.
 int blas_threads();
 
+// set_compute_threads(n) for a scope (nothing when n <= 0), the previous count restored at its
+// end: a calibration or spot check at the profile's thread count inside a command that runs
+// at another (main() sets one per rank's share of the cores).
+class ScopedComputeThreads {
+ public:
+  explicit ScopedComputeThreads(int n);
+  ~ScopedComputeThreads();
+  ScopedComputeThreads(const ScopedComputeThreads&) = delete;
+  ScopedComputeThreads& operator=(const ScopedComputeThreads&) = delete;
+
+ private:
+  int previous_ = 0;  // 0: nothing to restore
+};
+
 }  // namespace ac::dist

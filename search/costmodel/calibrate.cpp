@@ -437,18 +437,19 @@ struct ColdStep {
     return time_cold([&] { step(); }, n, clock);
   }
 };
-// The cold steps of several models timed call by call in turn (after one untimed round), each
+// The cold steps of steps[first, first + count) timed call by call in turn (after one untimed round), each
 // the median of its n calls: a machine whose latency-bound work switches between a fast and a
 // slow state from one second to the next (docs/costmodel.md, "The cold decode step is
 // bimodal") then puts the same states into every model's median, and their differences (what
 // a block adds) do not depend on which state each happened to be timed in.
-std::vector<double> time_cold_in_turn(std::vector<ColdStep>& steps, int n, const Stopwatch& clock) {
-  std::vector<std::vector<double>> t(steps.size());
+std::vector<double> time_cold_in_turn(std::vector<ColdStep>& steps, size_t first, size_t count, int n,
+                                      const Stopwatch& clock) {
+  std::vector<std::vector<double>> t(count);
   for (int i = 0; i <= n; ++i)
-    for (size_t k = 0; k < steps.size(); ++k) {
+    for (size_t k = 0; k < count; ++k) {
       evict_cpu_caches();
       const double a = clock.now();
-      steps[k].step();
+      steps[first + k].step();
       if (i > 0) t[k].push_back(clock.now() - a);
     }
   std::vector<double> out;
@@ -486,27 +487,59 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 // in a cold model step each sublayer's norm, cache and activations come from memory too). One
 // block alone cannot tell the two apart: a one-block fit charged 0.3 ms per step and nothing
 // per layer, over-predicting one-block models by ~15% and under-predicting deep ones by ~10%.
+//
+// The cold step of a small model is bimodal on a VM (docs/costmodel.md, "The cold decode step
+// is bimodal"): its latency-bound loads run in a fast or a slow state that holds for seconds.
+// `cost validate` keeps each model's fastest of 5 sweeps (each a median); three passes of one
+// window each left the calibration in the slow state for a whole point one time in eight, and
+// the fitted level (model_fixed 0.21-0.59 ms) set the sign of every decode row. So the models
+// are built once and timed in short windows spread over each pass (`window()` at the pass's
+// start, middle and end), and a point keeps its fastest window's median, as validation does.
 // Features: the attention step's {1, past x kv_dim, past x q_dim}, the FFN width, the blocks.
-void measure_model_steps(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
-                         std::vector<CalibrationPoint>& points) {
-  for (const auto& [h, ffn, V] : model_sizes(o.quick)) {
-    std::vector<ColdStep> steps;
-    for (int blocks : {1, 2}) steps.emplace_back(block_model(block_spec(h, ffn, V, blocks), dt), V);
-    const std::vector<double> s = time_cold_in_turn(steps, o.quick ? kQuickDecodeCalls : kDecodeCalls, clock);
-    const model::AttentionSpec a = *block_spec(h, ffn, V, 1).layers[0].attention;  // every block's
-    const double qd = double(a.num_heads * kBlockHeadDim), kvd = double(a.num_kv_heads * kBlockHeadDim), hd = double(h),
-                 f = double(ffn);
-    for (int blocks : {1, 2}) {
-      add_point(points, "model_decode", model_decode_shape(h, ffn, V, blocks), 0, 0, s[size_t(blocks - 1)]);
-      points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f, double(blocks)};
-      for (int b = 0; b < blocks; ++b)
-        for (const auto& g : std::vector<std::array<double, 3>>{
-                 {qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}, {f, hd, 1}, {f, hd, 1}, {hd, f, 1}})
-          points.back().gemms.push_back(g);
-      points.back().gemms.push_back({double(V), hd, 1});
+class ModelStepWindows {
+ public:
+  ModelStepWindows(const CalibrationOptions& o, torch::Dtype dt) : calls_(o.quick ? kQuickDecodeCalls : kDecodeCalls) {
+    for (const auto& [h, ffn, V] : model_sizes(o.quick)) {
+      sizes_.push_back({h, ffn, V});
+      for (int blocks : {1, 2}) steps_.emplace_back(block_model(block_spec(h, ffn, V, blocks), dt), V);
+    }
+    windows_.assign(steps_.size(), {});
+  }
+  // One window: each size's two models call by call in turn, each model's median kept.
+  void window(const Stopwatch& clock) {
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const std::vector<double> s = time_cold_in_turn(steps_, 2 * i, 2, calls_, clock);
+      for (size_t b = 0; b < 2; ++b) windows_[2 * i + b].push_back(s[b]);
     }
   }
-}
+  // The points of the windows since the last call, in model_sizes order.
+  void add_points(std::vector<CalibrationPoint>& points) {
+    for (size_t i = 0; i < sizes_.size(); ++i) {
+      const auto [h, ffn, V] = sizes_[i];
+      const model::AttentionSpec a = *block_spec(h, ffn, V, 1).layers[0].attention;  // every block's
+      const double qd = double(a.num_heads * kBlockHeadDim), kvd = double(a.num_kv_heads * kBlockHeadDim),
+                   hd = double(h), f = double(ffn);
+      for (int blocks : {1, 2}) {
+        const std::vector<double>& w = windows_[2 * i + size_t(blocks - 1)];
+        add_point(points, "model_decode", model_decode_shape(h, ffn, V, blocks), 0, 0, *std::min_element(w.begin(), w.end()));
+        points.back().window_s = w;
+        points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f, double(blocks)};
+        for (int b = 0; b < blocks; ++b)
+          for (const auto& g : std::vector<std::array<double, 3>>{
+                   {qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}, {f, hd, 1}, {f, hd, 1}, {hd, f, 1}})
+            points.back().gemms.push_back(g);
+        points.back().gemms.push_back({double(V), hd, 1});
+      }
+    }
+    windows_.assign(steps_.size(), {});
+  }
+
+ private:
+  int calls_;
+  std::vector<std::array<int64_t, 3>> sizes_;
+  std::vector<ColdStep> steps_;  // per size: the one-block model, then the two-block one
+  std::vector<std::vector<double>> windows_;  // per model: each window's median since add_points
+};
 
 // Whole prefills of one- and two-block models (block_model) from an empty cache and evicted
 // caches, timed as `cost validate` times a prefill (the layers, then the last token's logits):
@@ -948,6 +981,7 @@ std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<Calibra
         throw std::invalid_argument("calibration pass " + std::to_string(k) + " point " + std::to_string(i) + " is " +
                                     passes[k][i].kind + " " + passes[k][i].shape + ", not " + out[i].kind + " " + out[i].shape);
       out[i].seconds = std::min(out[i].seconds, passes[k][i].seconds);
+      out[i].window_s.insert(out[i].window_s.end(), passes[k][i].window_s.begin(), passes[k][i].window_s.end());
     }
   }
   return out;
@@ -955,7 +989,7 @@ std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<Calibra
 
 CalibrationResult calibrate(const CalibrationOptions& o) {
   check_options(o);
-  if (o.threads > 0) dist::set_compute_threads(o.threads);
+  const dist::ScopedComputeThreads threads(o.threads);  // the caller's count back afterwards
   const Stopwatch clock = Stopwatch::for_device(o.device);
   torch::NoGradGuard no_grad;
   const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
@@ -970,15 +1004,24 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   CalibrationResult r;
   r.clock = clock.name();
   // ---- measurements: whole passes, so the passes of one point are tens of seconds apart
+  // The whole-model decode points are timed in windows at each pass's start, middle and end.
   std::vector<std::vector<CalibrationPoint>> runs(static_cast<size_t>(passes));
+  std::optional<ModelStepWindows> model_steps;
+  if (o.device == "cpu") model_steps.emplace(po, dt);
+  auto model_step_window = [&] {
+    if (model_steps) model_steps->window(clock);
+  };
   for (auto& pts : runs) {
+    model_step_window();
     measure_gemms(b, pts);
     measure_attention(b, pts);
     measure_scan(b, pts);
     if (o.device == "cpu") measure_mamba_mixers(b, pts);
+    model_step_window();
     if (o.device == "cpu") measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts);
-    if (o.device == "cpu") measure_model_steps(po, dt, clock, pts);
     if (o.device == "cpu") measure_model_prefills(po, dt, clock, pts);
+    model_step_window();
+    if (model_steps) model_steps->add_points(pts);
     measure_copies(b, pts);
     measure_elementwise(b, pts);
     measure_dispatch(b, pts);
@@ -1009,6 +1052,7 @@ json CalibrationResult::to_json() const {
     json q = {{"kind", p.kind}, {"shape", p.shape}, {"flops", p.flops}, {"bytes", p.bytes}, {"seconds", p.seconds},
               {"predicted_s", p.predicted_s}};
     if (!p.features.empty()) q["features"] = p.features;
+    if (!p.window_s.empty()) q["window_s"] = p.window_s;
     m.push_back(q);
   }
   j["measurements"] = {{"mape", mape}, {"clock", clock}, {"points", m}};

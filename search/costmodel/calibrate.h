@@ -58,6 +58,8 @@ struct CalibrationPoint {
   // gemv, *_decode (a DecoderLayer's decode step): the GEMMs it runs, {out, in, rows} each, charged
   // by the fitted one-row GEMM line; the rest of the step is fitted (HardwareProfile::DecodeStepCost).
   std::vector<std::array<double, 3>> gemms;
+  // model_decode: every window's median, in the order timed (all passes); `seconds` is the least.
+  std::vector<double> window_s;
 };
 
 struct CalibrationResult {

@@ -15,6 +15,7 @@
 
 #include "dist/error.h"
 #include "dist/machine_load.h"
+#include "dist/omp_env.h"
 #include "model/kernels_version.h"
 
 namespace fs = std::filesystem;
@@ -64,7 +65,11 @@ CalibrationResult calibrate_recorded(const CalibrationOptions& options) {
   return c;
 }
 
-double spot_check_ratio(const HardwareProfile& hw, const std::string& dtype) {
+double spot_check_ratio(const HardwareProfile& hw, const std::string& dtype, int threads) {
+  // At the profile's thread count: a command runs at its share of the cores (main()), and two
+  // threads on the wall clock read a one-thread profile's GEMMs at ~0.6x, so every use
+  // recalibrated.
+  const dist::ScopedComputeThreads scoped(threads);
   std::vector<double> ratios;
   for (const SpeedProbe& p : probe_speed(hw, dtype, 0.02)) ratios.push_back(p.now_s / p.calibrated_s);
   if (ratios.empty()) return 0;
@@ -113,7 +118,7 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
     if (passed.count(key)) return "";
   }
   const dist::CpuLoadSample before = dist::sample_cpu_load();
-  const double ratio = spot_check_ratio(hw, o.dtype);
+  const double ratio = spot_check_ratio(hw, o.dtype, o.threads);
   const double busy_now = dist::other_cores(before, dist::sample_cpu_load());
   if (ratio > 0 && (ratio > 1 + trust.spot_tolerance || ratio < 1 / (1 + trust.spot_tolerance))) {
     char text[256];

@@ -56,8 +56,9 @@ struct LocalProfile {
 CalibrationResult calibrate_recorded(const CalibrationOptions& options);
 
 // The median ratio of a profile's GEMM times re-timed now to its calibrated ones (probe_speed;
-// 1: as calibrated), 0 when it holds none to re-time.
-double spot_check_ratio(const HardwareProfile& hw, const std::string& dtype);
+// 1: as calibrated), 0 when it holds none to re-time; timed at `threads` compute threads (the
+// profile's; <= 0: as the process runs now).
+double spot_check_ratio(const HardwareProfile& hw, const std::string& dtype, int threads);
 
 // A warning when `hw` was calibrated while other processes used more than `max_other_cores`.
 std::string busy_warning(const HardwareProfile& hw, double max_other_cores = 0.5);

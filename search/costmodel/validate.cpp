@@ -350,7 +350,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   r.hardware = hw.id;
   r.engine = engine_in.id;
   r.options = o;
-  if (o.threads > 0) dist::set_compute_threads(o.threads);
+  const dist::ScopedComputeThreads threads(o.threads);
   r.threads = torch::get_num_threads();
   const torch::Device dev(o.device);
   const bool cuda = dev.is_cuda();

@@ -32,6 +32,10 @@ assert j["decode_step"]["model_fixed_s"] >= 0 and j["decode_step"]["model_per_la
 # ... on one- and two-block models (one block alone cannot tell the step's term from the layers').
 shapes = [p["shape"] for p in j["measurements"]["points"] if p["kind"] == "model_decode"]
 assert any(s.startswith("h") for s in shapes) and any(s.startswith("2x(") for s in shapes), shapes
+# ... each in windows spread over the pass (its start, middle and end), keeping the fastest.
+for p in j["measurements"]["points"]:
+    if p["kind"] == "model_decode":
+        assert len(p["window_s"]) == 3 and p["seconds"] == min(p["window_s"]) > 0, p
 # ... and the cold whole-model prefill's rest (PrefillStepCost), fitted on model_prefill points.
 assert all(j["prefill_step"][k] >= 0 for k in ("model_fixed_s", "model_per_element_s")), j
 assert any(p["kind"] == "model_prefill" for p in j["measurements"]["points"]), "no model_prefill points"

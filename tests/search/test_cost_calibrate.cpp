@@ -22,6 +22,7 @@
 #include "search/costmodel/profiles.h"
 #include "dist/cpu_features.h"
 #include "dist/communicator.h"
+#include "dist/omp_env.h"
 #include "model/layers/mamba2.h"
 
 using namespace ac::search;
@@ -331,6 +332,13 @@ TEST(CostCalibrate, FastestPassKeepsEachPointsFastestTime) {
   EXPECT_DOUBLE_EQ(out[1].seconds, 1e-4);
   EXPECT_EQ(out[1].kind, "gemv_decode");
   EXPECT_EQ(fastest_pass({passes[1]})[0].seconds, 2e-4);  // one pass: as measured
+  // A windowed point (model_decode) keeps every pass's window medians, in pass order.
+  auto windowed = passes;
+  windowed[0][1].window_s = {1e-4, 1.3e-4};
+  windowed[1][1].window_s = {2e-4};
+  windowed[2][1].window_s = {1.1e-4, 1.2e-4};
+  EXPECT_EQ(fastest_pass(windowed)[1].window_s, (std::vector<double>{1e-4, 1.3e-4, 2e-4, 1.1e-4, 1.2e-4}));
+  EXPECT_TRUE(fastest_pass(windowed)[0].window_s.empty());
   // Passes that measured other points are refused, naming the point.
   auto bad = passes;
   bad[2][1].shape = "h384";
@@ -437,11 +445,11 @@ TEST(CostCalibrate, LocalProfileSpotCheck) {
     for (int t = 0; t < kTries && !ok; ++t) {
       const nlohmann::json off = with_gemm_times_scaled(calibrate_recorded(o).to_json(), off_scale);
       // time now / the profile's time
-      const double ratio = spot_check_ratio(hardware_from_json(off, "p.json"), o.dtype);
+      const double ratio = spot_check_ratio(hardware_from_json(off, "p.json"), o.dtype, o.threads);
       write_cached(cache, o, off);
       const LocalProfile redone = local_profile(cache, o, nullptr, trust);
       // The new calibration replaced the cached file: it passes the check now.
-      const double after = redone.calibrated ? spot_check_ratio(load_hardware(redone.path, ""), o.dtype) : 0.0;
+      const double after = redone.calibrated ? spot_check_ratio(load_hardware(redone.path, ""), o.dtype, o.threads) : 0.0;
       ok = std::abs(ratio * off_scale - 1.0) < 0.3 && redone.calibrated &&
            redone.why.find("spot check") != std::string::npos && std::abs(after - 1.0) < 0.35;
       why += "\n  try " + std::to_string(t + 1) + ": ratio x scale " + std::to_string(ratio * off_scale) +
@@ -450,6 +458,32 @@ TEST(CostCalibrate, LocalProfileSpotCheck) {
     }
     EXPECT_TRUE(ok) << "scale " << off_scale << ":" << why;
   }
+  std::filesystem::remove_all(cache);
+}
+
+// A command runs at its share of the cores (main(): 2 threads here), its profile at one
+// thread: the calibration and the spot check run at the profile's count and give the caller's
+// back. Before, the spot check timed two threads by the wall clock against the one-thread
+// profile (~0.6x its GEMM times on two cores), so every use of a fresh profile recalibrated it.
+TEST(CostCalibrate, SpotCheckAtTheProfilesThreads) {
+  const ac::dist::ScopedComputeThreads command(2);
+  CalibrationOptions o = quick_options();
+  o.threads = 1;  // the launcher's default (--threads 1)
+  const std::string cache = ::testing::TempDir() + "/ac_spot_threads_" + std::to_string(::getpid());
+  LocalProfileOptions trust;
+  trust.max_other_cores = 1e9;
+  trust.spot_check_once_per_process = false;
+  std::string why;
+  bool kept = false;
+  for (int t = 0; t < 3 && !kept; ++t) {  // as LocalProfileSpotCheck: a load that comes or goes decides one try
+    write_cached(cache, o, calibrate_recorded(o).to_json());
+    EXPECT_EQ(at::get_num_threads(), 2) << "the calibration kept its thread count";
+    const LocalProfile lp = local_profile(cache, o, nullptr, trust);
+    EXPECT_EQ(at::get_num_threads(), 2) << "the spot check kept its thread count";
+    kept = !lp.calibrated;
+    why += "\n  try " + std::to_string(t + 1) + ": " + lp.why;
+  }
+  EXPECT_TRUE(kept) << "a fresh profile was recalibrated by a command at 2 threads:" << why;
   std::filesystem::remove_all(cache);
 }
 

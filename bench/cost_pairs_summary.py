@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""One line per `cost validate` report under DIR/pair-*/validate.json (bench_cost_pairs.sh):
+latency, prefill, decode B=1 (signed), TPOT B=4 / B=8, memory MAPE, the profile's decode-step
+terms, and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
+Given a second DIR (a baseline's pairs), its table too and the ratio of the mean latency MAPEs.
+  cost_pairs_summary.py DIR [BASELINE_DIR]"""
+import glob
+import json
+import os
+import sys
+
+
+def pct(x):
+    return f"{100 * x:.1f}%"
+
+
+def table(out_dir):
+    paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")),
+                   key=lambda p: int(p.split("pair-")[-1].split(os.sep)[0]))
+    if not paths:
+        sys.exit(f"{out_dir}: no pair-*/validate.json")
+    print("| pair | latency | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    lat = []
+    for p in paths:
+        r = json.load(open(p))
+        m, reg = r["mape"], r.get("mape_by_regime", {})
+        rows = r["rows"]
+        signed = sum((x["decode_s"]["predicted"] - x["decode_s"]["measured"]) / x["decode_s"]["measured"]
+                     for x in rows) / len(rows)
+        ds = {}
+        prof = glob.glob(os.path.join(os.path.dirname(p), "profile", "**", "*.json"), recursive=True)
+        for f in prof:
+            try:
+                ds = json.load(open(f)).get("decode_step", {}) or ds
+            except (OSError, ValueError):
+                pass
+        tpot = lambda b: pct(reg[f"tpot B={b}"]["mape"]) if f"tpot B={b}" in reg else "-"
+        us = lambda k: f"{1e6 * ds[k]:.0f} us" if k in ds else "-"
+        name = p.split(os.sep)[-2].split("-")[-1]
+        log = os.path.join(os.path.dirname(p), "validate.log")
+        if os.path.exists(log) and "calibrating" in open(log).read():
+            name += " (recalibrated by validate)"
+        print(f"| {name} | {pct(m['latency'])} | {pct(m['prefill'])} | {pct(m['decode'])} ({100 * signed:+.1f}%) | "
+              f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} |")
+        lat.append(m["latency"])
+    print(f"{out_dir}: latency MAPE {pct(min(lat))}-{pct(max(lat))} over {len(lat)} pairs "
+          f"(spread {100 * (max(lat) - min(lat)):.1f} points)")
+    return sum(lat) / len(lat)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    mean = table(sys.argv[1])
+    if len(sys.argv) == 3:
+        base = table(sys.argv[2])
+        print(f"mean latency MAPE: {pct(mean)} vs baseline {pct(base)} (ratio {mean / base:.2f})")
