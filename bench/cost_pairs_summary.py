@@ -5,9 +5,15 @@ terms, and the spread of latency MAPE over the pairs (issue 37: within 3 points,
 Given a second DIR (a baseline's pairs), its table too and the ratio of the mean latency MAPEs.
   cost_pairs_summary.py DIR [BASELINE_DIR]"""
 import glob
+import gzip
 import json
 import os
 import sys
+
+
+def load(path):
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        return json.load(f)
 
 
 def pct(x):
@@ -15,7 +21,9 @@ def pct(x):
 
 
 def table(out_dir):
-    paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")),
+    # bench_cost_pairs.sh's output, or the compressed copies under docs/data/cost_pairs/
+    paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or
+                   glob.glob(os.path.join(out_dir, "pair-*", "validate.json.gz")),
                    key=lambda p: int(p.split("pair-")[-1].split(os.sep)[0]))
     if not paths:
         sys.exit(f"{out_dir}: no pair-*/validate.json")
@@ -23,21 +31,22 @@ def table(out_dir):
     print("|---|---|---|---|---|---|---|---|---|")
     lat = []
     for p in paths:
-        r = json.load(open(p))
+        r = load(p)
         m, reg = r["mape"], r.get("mape_by_regime", {})
         rows = r["rows"]
         signed = sum((x["decode_s"]["predicted"] - x["decode_s"]["measured"]) / x["decode_s"]["measured"]
                      for x in rows) / len(rows)
         ds = {}
-        prof = glob.glob(os.path.join(os.path.dirname(p), "profile", "**", "*.json"), recursive=True)
+        prof = glob.glob(os.path.join(os.path.dirname(p), "profile", "**", "*.json"), recursive=True) + \
+            glob.glob(os.path.join(os.path.dirname(p), "profile.json.gz"))
         for f in prof:
             try:
-                ds = json.load(open(f)).get("decode_step", {}) or ds
+                ds = load(f).get("decode_step", {}) or ds
             except (OSError, ValueError):
                 pass
         tpot = lambda b: pct(reg[f"tpot B={b}"]["mape"]) if f"tpot B={b}" in reg else "-"
         us = lambda k: f"{1e6 * ds[k]:.0f} us" if k in ds else "-"
-        name = p.split(os.sep)[-2].split("-")[-1]
+        name = p.split(os.sep)[-2].split("-")[-1]  # pair-K
         log = os.path.join(os.path.dirname(p), "validate.log")
         if os.path.exists(log) and "calibrating" in open(log).read():
             name += " (recalibrated by validate)"
