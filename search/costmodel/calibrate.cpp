@@ -437,11 +437,11 @@ struct ColdStep {
     return time_cold([&] { step(); }, n, clock);
   }
 };
-// The cold steps of steps[first, first + count) timed call by call in turn (after one untimed round), each
-// the median of its n calls: a machine whose latency-bound work switches between a fast and a
-// slow state from one second to the next (docs/costmodel.md, "The cold decode step is
-// bimodal") then puts the same states into every model's median, and their differences (what
-// a block adds) do not depend on which state each happened to be timed in.
+// The cold steps of steps[first, first + count) timed call by call in turn (after one untimed
+// round), each the median of its n calls: a machine whose latency-bound work switches between
+// a fast and a slow state from one second to the next (docs/costmodel.md, "The cold decode
+// step is bimodal") then puts the same states into every model's median, and their
+// differences (what a block adds) do not depend on which state each happened to be timed in.
 std::vector<double> time_cold_in_turn(std::vector<ColdStep>& steps, size_t first, size_t count, int n,
                                       const Stopwatch& clock) {
   std::vector<std::vector<double>> t(count);
@@ -490,11 +490,12 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 //
 // The cold step of a small model is bimodal on a VM (docs/costmodel.md, "The cold decode step
 // is bimodal"): its latency-bound loads run in a fast or a slow state that holds for seconds.
-// `cost validate` keeps each model's fastest of 5 sweeps (each a median); three passes of one
-// window each left the calibration in the slow state for a whole point one time in eight, and
-// the fitted level (model_fixed 0.21-0.59 ms) set the sign of every decode row. So the models
-// are built once and timed in short windows spread over each pass (`window()` at the pass's
-// start, middle and end), and a point keeps its fastest window's median, as validation does.
+// With one window per pass, one calibration in six timed the slow state in all three passes
+// (model_fixed 0.59 ms against 0.21-0.30). So the models are built once and timed in short
+// windows spread over each pass (`window()` at the pass's start, middle and end), a point
+// keeps its fastest window's median (as validation keeps its fastest sweep's), and the
+// profile lists every window's (`window_s`). Over six calibrations the points moved
+// 1.05-1.25x (three-pass ones 1.03-1.37x; docs/costmodel.md, "Windows over each pass").
 // Features: the attention step's {1, past x kv_dim, past x q_dim}, the FFN width, the blocks.
 class ModelStepWindows {
  public:
