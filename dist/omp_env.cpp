@@ -36,6 +36,11 @@ std::string openblas_core_upgrade() {
   return "";
 }
 
+void default_primitive_caches() {
+  for (const char* name : {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"})
+    if (std::getenv(name) == nullptr) setenv(name, kPrimitiveCacheCapacity, 0);
+}
+
 void default_omp_wait(int argc, char** argv) {
   if (std::getenv("AC_NO_REEXEC") != nullptr) return;
   if (argc < 2 || argv == nullptr || argv[0] == nullptr) return;

@@ -47,6 +47,13 @@ nlohmann::json build_features() {
                   {"omp_wait_policy", wait ? std::string(wait) : std::string()},
                   {"gomp_spincount", spin ? std::string(spin) : std::string()},
                   {"openblas", dist::blas_threads()}};  // 0: LibTorch's BLAS is not OpenBLAS
+  auto env_or_empty = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v ? std::string(v) : std::string();
+  };
+  // Set by the launcher unless the user set them (dist/omp_env.h, default_primitive_caches).
+  j["onednn_caches"] = {{"primitive_cache_capacity", env_or_empty("ONEDNN_PRIMITIVE_CACHE_CAPACITY")},
+                        {"ideep_lru_cache_capacity", env_or_empty("LRU_CACHE_CAPACITY")}};
   const dist::CpuFeatures& cpu = dist::detect_cpu();
   const dist::DtypeChoice automatic = dist::choose_dtype("auto", torch::cuda::is_available());
   j["cpu"] = {{"vendor", cpu.vendor}, {"model", cpu.model},

@@ -102,6 +102,11 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
                             ? ", OpenBLAS " + std::to_string(f["threads"]["openblas"].get<int>())
                             : std::string()));
     {
+      auto value = [](const nlohmann::json& v) { return v.get<std::string>().empty() ? std::string("unset") : v.get<std::string>(); };
+      row("oneDNN", "caches: ONEDNN_PRIMITIVE_CACHE_CAPACITY " + value(f["onednn_caches"]["primitive_cache_capacity"]) +
+                        ", LRU_CACHE_CAPACITY " + value(f["onednn_caches"]["ideep_lru_cache_capacity"]));
+    }
+    {
       const auto& c = f["cpu"];
       std::string isa;
       for (const char* k : {"avx2", "avx512f", "avx512_bf16", "amx_bf16"})

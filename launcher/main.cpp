@@ -233,6 +233,8 @@ void check_subcommand_args(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   // Help, version and usage errors need no MPI: answered first, in well under a second.
   if (const int rc = answer_before_mpi(argc, argv); rc >= 0) return rc;
+  // Before any tensor: oneDNN's caches sized for many shapes (dist/omp_env.h).
+  ac::dist::default_primitive_caches();
   // Before MPI_Init: may re-execute this program with GOMP_SPINCOUNT set (dist/omp_env.h).
   ac::dist::default_omp_wait(argc, argv);
   ac::dist::Runtime rt(&argc, &argv);

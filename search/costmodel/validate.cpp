@@ -168,7 +168,9 @@ std::string tpot_regime(int64_t batch) { return "tpot B=" + std::to_string(batch
 // for seconds at a time (docs/costmodel.md, "Machine speed states": small-op decode steps 1.8x,
 // streaming GEMVs 1.3x) slows whole sweeps, not single samples, and a median over all samples
 // lands wherever the share of slow sweeps puts it. The calibration keeps its points the same way
-// (calibrate.cpp, passes), so both describe the machine in its uninterfered state.
+// (calibrate.cpp, passes), so both describe the machine in its uninterfered state. (Most of
+// what looked like slow spells was oneDNN's primitive cache thrashing after the first sweep:
+// docs/costmodel.md, "The oneDNN primitive cache"; the launcher sizes it since.)
 struct Series {
   std::vector<double> t;
   std::vector<int> sweep;
@@ -176,12 +178,18 @@ struct Series {
   double fastest_window() const { return fastest().first; }
   // The fastest window's time and its sweep.
   std::pair<double, int> fastest() const {
+    std::pair<double, int> best{0, -1};
+    for (const auto& [k, m] : medians())
+      if (best.second < 0 || m < best.first) best = {m, k};
+    return best;
+  }
+  // Each sweep's median.
+  std::map<int, double> medians() const {
     std::map<int, std::vector<double>> by;
     for (size_t i = 0; i < t.size(); ++i) by[sweep[i]].push_back(t[i]);
-    std::pair<double, int> best{0, -1};
-    for (const auto& [k, v] : by)
-      if (best.second < 0 || median(v) < best.first) best = {median(v), k};
-    return best;
+    std::map<int, double> out;
+    for (const auto& [k, v] : by) out[k] = median(v);
+    return out;
   }
 };
 
@@ -377,6 +385,8 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   models.clear();
   reference.reset();
   if (!r.speed_by_sweep.empty()) r.speed_start = r.speed_by_sweep.front(), r.speed_end = r.speed_by_sweep.back();
+  // Per regime and sweep: the sum of log(sweep median / predicted) over architectures, and their count.
+  std::map<std::string, std::vector<std::pair<double, int>>> log_ratio;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Samples& sm = samples[ci];
     model::ArchSpec spec = cases[ci].spec;
@@ -398,22 +408,26 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     row.prefill_samples_s = sm.prefill.t, row.decode_samples_s = sm.steps.t;
     r.rows.push_back(row);
     // The regime rows: the base row's two, then the others measured.
-    auto add = [&](int64_t prompt, int64_t batch, bool decode, std::pair<double, int> measured) {
+    auto add = [&](int64_t prompt, int64_t batch, bool decode, const Series& measured) {
       const Prediction q = prompt == o.prompt_tokens && batch == 1 ? p : predict_prompt(spec, hw, engine_in, prompt, o.decode_steps, batch);
       RegimeRow x;
       x.name = row.name, x.kinds = row.kinds, x.prompt_tokens = prompt, x.concurrency = batch, x.decode = decode;
       x.regime = decode ? tpot_regime(batch) : ttft_regime(prompt);
       x.predicted_s = decode ? q.tpot_s : q.ttft_s;
-      std::tie(x.measured_s, x.sweep) = measured;
+      std::tie(x.measured_s, x.sweep) = measured.fastest();
       if (decode) x.predicted_tok_s = double(batch) / q.tpot_s, x.measured_tok_s = double(batch) / x.measured_s;
+      auto& by_sweep = log_ratio[x.regime];
+      by_sweep.resize(size_t(sweeps));
+      for (const auto& [k, m] : measured.medians())
+        by_sweep[size_t(k)].first += std::log(m / x.predicted_s), ++by_sweep[size_t(k)].second;
       r.regime_rows.push_back(x);
     };
-    add(o.prompt_tokens, 1, false, {row.measured_prefill_s, row.prefill_sweep});
+    add(o.prompt_tokens, 1, false, sm.prefill);
     for (int64_t prompt : o.prompts)
-      if (prompt != o.prompt_tokens) add(prompt, 1, false, sm.regime.at(ttft_regime(prompt)).fastest());
-    add(o.prompt_tokens, 1, true, {row.measured_decode_s, row.decode_sweep});
+      if (prompt != o.prompt_tokens) add(prompt, 1, false, sm.regime.at(ttft_regime(prompt)));
+    add(o.prompt_tokens, 1, true, sm.steps);
     for (int64_t batch : o.concurrency)
-      if (batch != 1) add(o.prompt_tokens, batch, true, sm.regime.at(tpot_regime(batch)).fastest());
+      if (batch != 1) add(o.prompt_tokens, batch, true, sm.regime.at(tpot_regime(batch)));
   }
   const double n = double(std::max<size_t>(r.rows.size(), 1));
   for (const auto& row : r.rows) {
@@ -423,6 +437,11 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   }
   r.mape_latency = (r.mape_prefill + r.mape_decode) / 2;
   summarize_regimes(r);
+  for (const auto& e : r.by_regime) {
+    SweepRatios row{e.key, {}};
+    for (const auto& [sum, count] : log_ratio.at(e.key)) row.ratio.push_back(count > 0 ? std::exp(sum / count) : 0.0);
+    r.by_sweep.push_back(row);
+  }
   return r;
 }
 
@@ -452,6 +471,8 @@ nlohmann::json ValidationResult::to_json() const {
       if (i < probe.size()) now.push_back(probe[i].now_s);
     by_sweep.push_back({{"point", speed_start[i].point}, {"calibrated_s", speed_start[i].calibrated_s}, {"now_s", now}});
   }
+  nlohmann::json ratios_by_sweep = nlohmann::json::object();
+  for (const auto& x : this->by_sweep) ratios_by_sweep[x.regime] = x.ratio;
   nlohmann::json regimes_j = nlohmann::json::array();
   for (const auto& x : regime_rows) {
     nlohmann::json q = {{"name", x.name},       {"kinds", x.kinds},         {"regime", x.regime},
@@ -498,6 +519,7 @@ nlohmann::json ValidationResult::to_json() const {
           {"mape_by_regime", summaries(by_regime)},
           {"mape_by_layer_kind", summaries(by_kind)},
           {"machine_speed_by_sweep", by_sweep},
+          {"measured_over_predicted_by_sweep", ratios_by_sweep},
           {"speed_reference", "the profile's own points re-timed before every sweep and after the last "
                               "(machine_speed_by_sweep: now_s per probe); each measured time's `sweep` is the sweep "
                               "whose median was kept"}};
@@ -533,6 +555,20 @@ std::string ValidationResult::table() const {
   out += buf;
   out += speed_table();
   out += regimes_table();
+  out += sweeps_table();
+  return out;
+}
+
+std::string ValidationResult::sweeps_table() const {
+  if (options.sweeps < 2 || by_sweep.empty()) return "";
+  std::string out = "measured / predicted by sweep (geometric mean over architectures; each row keeps its fastest sweep):\n";
+  char buf[64];
+  for (const auto& x : by_sweep) {
+    std::snprintf(buf, sizeof buf, "  %-14s", x.regime.c_str());
+    out += buf;
+    for (double v : x.ratio) std::snprintf(buf, sizeof buf, " %.2f", v), out += buf;
+    out += "\n";
+  }
   return out;
 }
 

@@ -68,6 +68,14 @@ struct ErrorSummary {
   double mape = 0, mean_signed = 0;
 };
 
+// One regime over the sweeps: per sweep, the geometric mean over architectures of that
+// sweep's median / the prediction. A drift along a row is the machine (or the process)
+// changing during the validation; each architecture's row keeps its own fastest sweep.
+struct SweepRatios {
+  std::string regime;
+  std::vector<double> ratio;  // one per sweep
+};
+
 struct ValidationRow {
   std::string name, kinds;
   double params = 0;
@@ -96,10 +104,12 @@ struct ValidationResult {
   // regime and per layer kind (a row counts for every kind its architecture has).
   std::vector<RegimeRow> regime_rows;
   std::vector<ErrorSummary> by_regime, by_kind;
+  std::vector<SweepRatios> by_sweep;  // per regime, in the order of by_regime
   nlohmann::json to_json() const;
   std::string table() const;
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
   std::string speed_table() const;    // the speed reference's ratios, probe by probe
+  std::string sweeps_table() const;   // by_sweep ("" with one sweep)
 };
 
 ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine,

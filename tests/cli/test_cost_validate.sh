@@ -17,6 +17,7 @@ expect_out "cpu-local: calibrated in"
 expect_out "MAPE over 3 architectures: prefill"
 expect_out "dense-256-4L"
 expect_out "machine speed vs the profile's calibration"
+expect_out "measured / predicted by sweep"
 ls "$CACHE"/hardware/cpu-local-*.json >/dev/null 2>&1 || fail "no profile in the cache"
 python3 - "$CACHE" <<'PY' || fail "cached profile"
 import glob, json, sys
@@ -80,6 +81,16 @@ for r in j["rows"]:
         v = r["samples_s"][part]
         meds = [med(v[i:i + per]) for i in range(0, len(v), per)]
         assert meds[r["sweep"][part]] == r[part + "_s"]["measured"] == min(meds), (r["name"], part, meds, r["sweep"])
+# Per regime and sweep: the geometric mean over architectures of that sweep's median / the prediction.
+import math
+by = j["measured_over_predicted_by_sweep"]
+assert sorted(by) == ["tpot B=1", "ttft p=64"], by
+for regime, part, per in (("ttft p=64", "prefill", 2), ("tpot B=1", "decode", 4)):
+    assert len(by[regime]) == 2, by
+    for k in range(2):
+        logs = [math.log(med(r["samples_s"][part][k * per:(k + 1) * per]) / r[part + "_s"]["predicted"]) for r in j["rows"]]
+        want = math.exp(sum(logs) / len(logs))
+        assert abs(by[regime][k] / want - 1) < 1e-9, (regime, k, by[regime], want)
 print("report ok")
 PY
 

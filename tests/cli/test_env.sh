@@ -127,6 +127,11 @@ expect_out "missing.cfg: --config: cannot open"
 printf 'tp = two\n' >"$T/bad3.cfg"
 expect_rc 2 "$AC_BIN" env --config "$T/bad3.cfg"
 expect_out "tp"
+# oneDNN's primitive caches: 16384 entries by default (dist/omp_env.h), a value the user set is kept.
+expect_rc 0 env -u ONEDNN_PRIMITIVE_CACHE_CAPACITY -u LRU_CACHE_CAPACITY "$AC_BIN" env
+expect_out "ONEDNN_PRIMITIVE_CACHE_CAPACITY 16384, LRU_CACHE_CAPACITY 16384"
+expect_rc 0 env -u LRU_CACHE_CAPACITY ONEDNN_PRIMITIVE_CACHE_CAPACITY=7 "$AC_BIN" env
+expect_out "ONEDNN_PRIMITIVE_CACHE_CAPACITY 7, LRU_CACHE_CAPACITY 16384"
 # OpenMP waiting: GOMP_SPINCOUNT=1000 by default (the launcher re-executes itself with it
 # before MPI_Init), a value the user set (OMP_WAIT_POLICY or GOMP_SPINCOUNT) is kept and no
 # default is added, AC_NO_REEXEC=1 turns the re-exec off; under mpirun the re-executed ranks
