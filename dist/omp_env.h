@@ -38,11 +38,11 @@ void default_omp_wait(int argc, char** argv);
 // oneDNN's primitive cache (ONEDNN_PRIMITIVE_CACHE_CAPACITY) and LibTorch's ideep LRU cache of
 // oneDNN objects (LRU_CACHE_CAPACITY) hold 1024 entries by default: one per operator and shape.
 // bf16 matmuls on a CPU run through oneDNN, and a decode step's attention has a new shape at
-// every context length, so a process that serves many models and shapes evicts every model's
-// primitives before it comes back to them and spends its steps re-creating them. In `cost
-// validate` (24 architectures at 3 prompt lengths and 3 batch sizes) the first sweep decoded
-// 1.10x the prediction and every later one 1.19-1.29x; with the caches at 65536 every sweep
-// read 1.08-1.14x (docs/costmodel.md, "The oneDNN primitive cache"). Sets both to
+// every context length, so a process that runs many models and shapes keeps them full and
+// evicting. In `cost validate` (24 architectures at 3 prompt lengths and 3 batch sizes) the
+// first sweep decoded 1.10x the prediction and every later one 1.19-1.29x; with the caches at
+// 65536 every sweep read 1.08-1.14x (docs/costmodel.md, "The oneDNN primitive cache"; how a
+// full cache slows the steps was not traced inside oneDNN). Sets both to
 // kPrimitiveCacheCapacity unless the user set them; the libraries read them lazily, at their
 // first primitive, so main() calls this before any tensor work.
 constexpr const char* kPrimitiveCacheCapacity = "16384";
