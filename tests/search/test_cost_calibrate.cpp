@@ -439,23 +439,31 @@ TEST(CostCalibrate, LocalProfileSpotCheck) {
     }
     EXPECT_TRUE(kept) << "scale " << kept_scale << " recalibrated in " << kTries << " tries:" << why;
   }
+  // A try where the re-timing itself disagrees with the calibration a moment before (ratio x
+  // scale off by 30% or more: another test's threads on the sibling vCPU made the GEMMs 1.6-1.9x
+  // slower in one CI run) cannot tell whether the check works, so it does not count; up to
+  // kAttempts tries for kTries that count, and a skip, not a pass, when none did.
+  constexpr int kAttempts = 6;
   for (double off_scale : {2.0, 0.5}) {
     std::string why;
     bool ok = false;
-    for (int t = 0; t < kTries && !ok; ++t) {
+    int counted = 0;
+    for (int t = 0; t < kAttempts && counted < kTries && !ok; ++t) {
       const nlohmann::json off = with_gemm_times_scaled(calibrate_recorded(o).to_json(), off_scale);
       // time now / the profile's time
       const double ratio = spot_check_ratio(hardware_from_json(off, "p.json"), o.dtype, o.threads);
+      const bool steady = std::abs(ratio * off_scale - 1.0) < 0.3;
       write_cached(cache, o, off);
       const LocalProfile redone = local_profile(cache, o, nullptr, trust);
       // The new calibration replaced the cached file: it passes the check now.
       const double after = redone.calibrated ? spot_check_ratio(load_hardware(redone.path, ""), o.dtype, o.threads) : 0.0;
-      ok = std::abs(ratio * off_scale - 1.0) < 0.3 && redone.calibrated &&
-           redone.why.find("spot check") != std::string::npos && std::abs(after - 1.0) < 0.35;
+      counted += steady ? 1 : 0;
+      ok = steady && redone.calibrated && redone.why.find("spot check") != std::string::npos && std::abs(after - 1.0) < 0.35;
       why += "\n  try " + std::to_string(t + 1) + ": ratio x scale " + std::to_string(ratio * off_scale) +
-             ", recalibrated " + (redone.calibrated ? "yes" : "no") + " (" + redone.why + "), ratio after " +
-             std::to_string(after);
+             (steady ? "" : " (machine speed moved: not counted)") + ", recalibrated " +
+             (redone.calibrated ? "yes" : "no") + " (" + redone.why + "), ratio after " + std::to_string(after);
     }
+    if (counted == 0) GTEST_SKIP() << "scale " << off_scale << ": the machine's speed moved in every try:" << why;
     EXPECT_TRUE(ok) << "scale " << off_scale << ":" << why;
   }
   std::filesystem::remove_all(cache);
