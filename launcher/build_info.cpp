@@ -39,18 +39,16 @@ nlohmann::json build_features() {
   j["cuda"] = {{"toolkit", std::string(AC_CUDA_TOOLKIT_VERSION)},
                {"torch_cuda_available", torch::cuda::is_available()},
                {"devices", torch::cuda::is_available() ? torch::cuda::device_count() : 0}};
-  const char* wait = std::getenv("OMP_WAIT_POLICY");
-  const char* spin = std::getenv("GOMP_SPINCOUNT");  // set by the launcher unless the user set one of them
-  j["cpu_tensor_cache"] = {{"installed", dist::tensor_memory::installed()},
-                           {"limit_bytes", dist::tensor_memory::cache_limit()}};
-  j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
-                  {"omp_wait_policy", wait ? std::string(wait) : std::string()},
-                  {"gomp_spincount", spin ? std::string(spin) : std::string()},
-                  {"openblas", dist::blas_threads()}};  // 0: LibTorch's BLAS is not OpenBLAS
   auto env_or_empty = [](const char* name) {
     const char* v = std::getenv(name);
     return v ? std::string(v) : std::string();
   };
+  j["cpu_tensor_cache"] = {{"installed", dist::tensor_memory::installed()},
+                           {"limit_bytes", dist::tensor_memory::cache_limit()}};
+  j["threads"] = {{"intra_op", at::get_num_threads()}, {"inter_op", at::get_num_interop_threads()},
+                  {"omp_wait_policy", env_or_empty("OMP_WAIT_POLICY")},
+                  {"gomp_spincount", env_or_empty("GOMP_SPINCOUNT")},  // set by the launcher unless the user set one of them
+                  {"openblas", dist::blas_threads()}};  // 0: LibTorch's BLAS is not OpenBLAS
   // Set by the launcher unless the user set them (dist/omp_env.h, default_primitive_caches).
   j["onednn_caches"] = {{"primitive_cache_capacity", env_or_empty("ONEDNN_PRIMITIVE_CACHE_CAPACITY")},
                         {"ideep_lru_cache_capacity", env_or_empty("LRU_CACHE_CAPACITY")}};

@@ -89,23 +89,16 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
                                                : std::string("not built (CUDA/NCCL not found at configure time)"));
     row("CUDA", "toolkit " + (f["cuda"]["toolkit"].get<std::string>().empty() ? std::string("none") : f["cuda"]["toolkit"].get<std::string>()) +
                     "; LibTorch sees " + std::to_string(f["cuda"]["devices"].get<int64_t>()) + " CUDA device(s)");
+    auto value = [](const nlohmann::json& v) { return v.get<std::string>().empty() ? std::string("unset") : v.get<std::string>(); };
     row("Threads", "intra-op " + std::to_string(f["threads"]["intra_op"].get<int>()) + ", inter-op " +
                        std::to_string(f["threads"]["inter_op"].get<int>()) + ", OMP_WAIT_POLICY " +
-                       (f["threads"]["omp_wait_policy"].get<std::string>().empty()
-                            ? std::string("unset")
-                            : f["threads"]["omp_wait_policy"].get<std::string>()) +
-                       ", GOMP_SPINCOUNT " +
-                       (f["threads"]["gomp_spincount"].get<std::string>().empty()
-                            ? std::string("unset")
-                            : f["threads"]["gomp_spincount"].get<std::string>()) +
+                       value(f["threads"]["omp_wait_policy"]) + ", GOMP_SPINCOUNT " +
+                       value(f["threads"]["gomp_spincount"]) +
                        (f["threads"]["openblas"].get<int>() > 0
                             ? ", OpenBLAS " + std::to_string(f["threads"]["openblas"].get<int>())
                             : std::string()));
-    {
-      auto value = [](const nlohmann::json& v) { return v.get<std::string>().empty() ? std::string("unset") : v.get<std::string>(); };
-      row("oneDNN", "caches: ONEDNN_PRIMITIVE_CACHE_CAPACITY " + value(f["onednn_caches"]["primitive_cache_capacity"]) +
-                        ", LRU_CACHE_CAPACITY " + value(f["onednn_caches"]["ideep_lru_cache_capacity"]));
-    }
+    row("oneDNN", "caches: ONEDNN_PRIMITIVE_CACHE_CAPACITY " + value(f["onednn_caches"]["primitive_cache_capacity"]) +
+                      ", LRU_CACHE_CAPACITY " + value(f["onednn_caches"]["ideep_lru_cache_capacity"]));
     {
       const auto& c = f["cpu"];
       std::string isa;
