@@ -81,12 +81,6 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
   if (kind == "mlp_decode") t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1];
   if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
   if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
-  if (kind == "model_decode") {  // f: {1, past kv_dim, past q_dim, ffn, blocks}; gemms: every block's and the head's
-    const double blocks = f.at(4);
-    t += blocks * (c.attn_fixed + c.attn_per_kv * f.at(1) + c.attn_per_q * f.at(2) + c.mlp_fixed + c.mlp_per_ffn * f.at(3) +
-                   2.0 * c.model_per_layer) +
-         c.model_fixed;
-  }
   return t;
 }
 
@@ -388,18 +382,37 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
   }
 }
 
-// `blocks` blocks of attention (GQA 2:1, RoPE, head dim 64) and a SwiGLU MLP at hidden size
-// h, FFN width ffn and vocabulary V: the models of the whole-model calibration points.
+// `blocks` blocks of one family at hidden size h, FFN width ffn and vocabulary V: the models of
+// the whole-model calibration points. Dense: attention (GQA 2:1, RoPE, head dim 64) and a SwiGLU
+// MLP (Llama's layer); MoE: that attention and a Nemotron MoE (16 experts, top 4, sigmoid router
+// with bias, ReLU2 experts of width ffn / 4, a shared expert of ffn / 2); Mamba: a Mamba-2 mixer
+// (expand 2, head dim 64, state 64, 2 groups) and a ReLU2 MLP (Nemotron-H's).
 constexpr int64_t kBlockHeadDim = 64;
-model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks) {
+enum class BlockFamily { Dense, Moe, Mamba };
+model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks, BlockFamily family = BlockFamily::Dense) {
   const int64_t heads = h / kBlockHeadDim;
   int64_t kv = std::max<int64_t>(1, heads / 2);  // GQA: the largest KV count <= heads / 2 dividing heads
   while (heads % kv != 0) --kv;
   model::ArchSpec spec;
   spec.hidden_size = h, spec.vocab_size = V, spec.max_position_embeddings = 4096;
   model::LayerSpec l;
-  l.attention = model::AttentionSpec{int(heads), int(kv), int(kBlockHeadDim)};
-  l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
+  if (family == BlockFamily::Mamba) {
+    model::MambaSpec m;
+    m.num_heads = int(2 * h / kBlockHeadDim), m.head_dim = int(kBlockHeadDim), m.state_size = 64, m.n_groups = 2;
+    m.chunk_size = 64;
+    l.mamba = m;
+    l.mlp = model::MlpSpec{ffn, model::MlpActivation::ReLU2};
+  } else {
+    l.attention = model::AttentionSpec{int(heads), int(kv), int(kBlockHeadDim)};
+    l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
+  }
+  if (family == BlockFamily::Moe) {
+    model::MoeSpec e;
+    e.num_experts = 16, e.top_k = 4, e.expert_ffn = ffn / 4, e.shared_ffn = ffn / 2;
+    e.router = model::RouterKind::SigmoidBias, e.activation = model::MlpActivation::ReLU2, e.routed_scaling = 2.5;
+    l.mlp.reset();
+    l.moe = e;
+  }
   spec.layers.assign(size_t(blocks), l);
   return spec;
 }
@@ -468,8 +481,9 @@ double time_cold_prefill(model::CausalLM& m, const torch::Tensor& ids, int n, co
       },
       n, clock, warmup);
 }
-std::string model_decode_shape(int64_t h, int64_t ffn, int64_t V, int blocks = 1) {
-  const std::string layer = "h" + std::to_string(h) + " ffn " + std::to_string(ffn);
+const char* family_tag(BlockFamily f) { return f == BlockFamily::Moe ? "moe " : f == BlockFamily::Mamba ? "mamba " : ""; }
+std::string model_decode_shape(int64_t h, int64_t ffn, int64_t V, int blocks = 1, BlockFamily family = BlockFamily::Dense) {
+  const std::string layer = family_tag(family) + ("h" + std::to_string(h) + " ffn " + std::to_string(ffn));
   return (blocks == 1 ? layer : std::to_string(blocks) + "x(" + layer + ")") + " vocab " + std::to_string(V);
 }
 std::string model_prefill_shape(int blocks, int64_t h, int64_t ffn, int64_t V, int64_t p) {
@@ -483,10 +497,14 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 // last-level cache starts: what a step costs beyond its sublayers' pooled steps and the LM
 // head's GEMM is the `model_decode` terms (HardwareProfile::DecodeStepCost): model_fixed once
 // per step (the embedding lookup, final norm, logits, the cold code and page tables of its
-// first kernels) and model_per_layer per sublayer (a pooled sublayer step keeps its code warm;
-// in a cold model step each sublayer's norm, cache and activations come from memory too). One
-// block alone cannot tell the two apart: a one-block fit charged 0.3 ms per step and nothing
-// per layer, over-predicting one-block models by ~15% and under-predicting deep ones by ~10%.
+// first kernels), a rest per sublayer of each kind (a pooled sublayer step keeps its code warm;
+// in a cold model step each sublayer's norm, cache and activations come from memory too) and
+// a rest per weight byte. One block alone cannot tell the step's term from the layers' (a
+// one-block fit charged 0.3 ms per step and nothing per layer, over-predicting one-block models
+// by ~15% and under-predicting deep ones by ~10%); dense blocks alone charged a MoE or Mamba
+// sublayer a dense one's rest (the 24 validation models' MoE rows 10-20% under their
+// measurement, docs/costmodel.md "The cold step per layer kind"). So every size has dense
+// one- and two-block models, and the two smallest sizes MoE and Mamba ones as well.
 //
 // The cold step of a small model is bimodal on a VM (docs/costmodel.md, "The cold decode step
 // is bimodal"): its latency-bound loads run in a fast or a slow state that holds for seconds.
@@ -496,50 +514,51 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 // keeps its fastest window's median (as validation keeps its fastest sweep's), and the
 // profile lists every window's (`window_s`). Over six calibrations the points moved
 // 1.05-1.25x (three-pass ones 1.03-1.37x; docs/costmodel.md, "Windows over each pass").
-// Features: the attention step's {1, past x kv_dim, past x q_dim}, the FFN width, the blocks.
+// Features: {hidden, ffn, vocabulary, blocks, family} (model_decode_spec).
 class ModelStepWindows {
  public:
   ModelStepWindows(const CalibrationOptions& o, torch::Dtype dt) : calls_(o.quick ? kQuickDecodeCalls : kDecodeCalls) {
-    for (const auto& [h, ffn, V] : model_sizes(o.quick)) {
-      sizes_.push_back({h, ffn, V});
-      for (int blocks : {1, 2}) steps_.emplace_back(block_model(block_spec(h, ffn, V, blocks), dt), V);
-    }
+    const auto sizes = model_sizes(o.quick);
+    for (size_t i = 0; i < sizes.size(); ++i)
+      for (BlockFamily f : {BlockFamily::Dense, BlockFamily::Moe, BlockFamily::Mamba}) {
+        if (f != BlockFamily::Dense && i >= (o.quick ? 1u : 2u)) continue;
+        const auto [h, ffn, V] = sizes[i];
+        models_.push_back({h, ffn, V, f});
+        for (int blocks : {1, 2}) steps_.emplace_back(block_model(block_spec(h, ffn, V, blocks, f), dt), V);
+      }
     windows_.assign(steps_.size(), {});
   }
-  // One window: each size's two models call by call in turn, each model's median kept.
+  // One window: each model's one- and two-block steps call by call in turn, each median kept.
   void window(const Stopwatch& clock) {
-    for (size_t i = 0; i < sizes_.size(); ++i) {
+    for (size_t i = 0; i < models_.size(); ++i) {
       const std::vector<double> s = time_cold_in_turn(steps_, 2 * i, 2, calls_, clock);
       for (size_t b = 0; b < 2; ++b) windows_[2 * i + b].push_back(s[b]);
     }
   }
   // The points of the windows since the last call, in model_sizes order.
   void add_points(std::vector<CalibrationPoint>& points) {
-    for (size_t i = 0; i < sizes_.size(); ++i) {
-      const auto [h, ffn, V] = sizes_[i];
-      const model::AttentionSpec a = *block_spec(h, ffn, V, 1).layers[0].attention;  // every block's
-      const double qd = double(a.num_heads * kBlockHeadDim), kvd = double(a.num_kv_heads * kBlockHeadDim),
-                   hd = double(h), f = double(ffn);
+    for (size_t i = 0; i < models_.size(); ++i) {
+      const Model& m = models_[i];
       for (int blocks : {1, 2}) {
         const std::vector<double>& w = windows_[2 * i + size_t(blocks - 1)];
-        add_point(points, "model_decode", model_decode_shape(h, ffn, V, blocks), 0, 0, *std::min_element(w.begin(), w.end()));
+        add_point(points, "model_decode", model_decode_shape(m.h, m.ffn, m.V, blocks, m.family), 0, 0,
+                  *std::min_element(w.begin(), w.end()));
         points.back().window_s = w;
-        points.back().features = {1.0, double(kPast) * kvd, double(kPast) * qd, f, double(blocks)};
-        for (int b = 0; b < blocks; ++b)
-          for (const auto& g : std::vector<std::array<double, 3>>{
-                   {qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}, {f, hd, 1}, {f, hd, 1}, {hd, f, 1}})
-            points.back().gemms.push_back(g);
-        points.back().gemms.push_back({double(V), hd, 1});
+        points.back().features = {double(m.h), double(m.ffn), double(m.V), double(blocks), double(int(m.family))};
       }
     }
     windows_.assign(steps_.size(), {});
   }
 
  private:
+  struct Model {
+    int64_t h, ffn, V;
+    BlockFamily family;
+  };
   int calls_;
-  std::vector<std::array<int64_t, 3>> sizes_;
-  std::vector<ColdStep> steps_;  // per size: the one-block model, then the two-block one
-  std::vector<std::vector<double>> windows_;  // per model: each window's median since add_points
+  std::vector<Model> models_;
+  std::vector<ColdStep> steps_;  // per model: the one-block one, then the two-block one
+  std::vector<std::vector<double>> windows_;  // per step: each window's median since add_points
 };
 
 // Whole prefills of one- and two-block models (block_model) from an empty cache and evicted
@@ -619,22 +638,47 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
       if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
       if (k == "mamba_decode") d.mamba_fixed = f[0];
     }
-    // The model step's rest: each point's time minus its sublayers and head GEMM, fitted as
-    // model_fixed + model_per_layer x sublayers (non-negative).
-    X.clear(), t.clear();
-    std::vector<double> off;
-    d.model_fixed = d.model_per_layer = 0;
-    for (const auto& p : points)
-      if (p.kind == "model_decode") {
-        X.push_back({1.0, 2.0 * p.features.at(4)}), t.push_back(p.seconds);
-        off.push_back(decode_step_seconds(h, p.kind, p.features, p.gemms, eb));
-      }
-    if (!X.empty()) {
-      const std::vector<double> c = fit_nonneg(X, t, off);
-      d.model_fixed = c[0], d.model_per_layer = c[1];
-    }
-    d.has_model_fixed = d.has_model_per_layer = !X.empty();
   }
+}
+
+// A model_decode point's model (features {hidden, ffn, vocabulary, blocks, family}) and its
+// prediction: the engine's decode step of one sequence after kPast cached tokens.
+model::ArchSpec model_decode_spec(const std::vector<double>& f) {
+  return block_spec(int64_t(f.at(0)), int64_t(f.at(1)), int64_t(f.at(2)), int(f.at(3)), BlockFamily(int(f.at(4))));
+}
+double model_decode_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f) {
+  return predict_prompt(model_decode_spec(f), hw, engine, kPast, 1).tpot_s;
+}
+
+// The cold model step's rest: each model_decode point's time = the engine's prediction without
+// it + model_fixed + each sublayer's rest by kind + model_per_weight_byte x the weight bytes
+// its GEMMs read (non-negative). A term's feature is what the formulas charge per unit of it,
+// read off the prediction (linear in each term), so the fit and the formulas count alike.
+void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine) {
+  if (!h.decode.measured) return;
+  using D = HardwareProfile::DecodeStepCost;
+  const std::vector<double D::*> terms = {&D::model_fixed, &D::model_per_layer, &D::model_per_moe_layer,
+                                          &D::model_per_mamba_layer, &D::model_per_weight_byte};
+  const std::vector<double> unit = {1e-3, 1e-4, 1e-4, 1e-4, 1e-10};  // seconds per step, per sublayer, per byte
+  HardwareProfile bare = h;
+  for (auto term : terms) bare.decode.*term = 0;
+  std::vector<std::vector<double>> X;
+  std::vector<double> t, off;
+  for (const auto& p : points)
+    if (p.kind == "model_decode") {
+      off.push_back(model_decode_seconds(bare, engine, p.features));
+      std::vector<double> row;
+      for (size_t j = 0; j < terms.size(); ++j) {
+        HardwareProfile one = bare;
+        one.decode.*terms[j] = unit[j];
+        row.push_back((model_decode_seconds(one, engine, p.features) - off.back()) / unit[j]);
+      }
+      X.push_back(row), t.push_back(p.seconds);
+    }
+  if (X.empty()) return;
+  const std::vector<double> c = fit_nonneg(X, t, off);
+  for (size_t j = 0; j < terms.size(); ++j) h.decode.*terms[j] = c[j];
+  h.decode.has_model_fixed = h.decode.has_model_per_layer = h.decode.has_model_kinds = true;
 }
 
 // ---- calibrate's steps: the measurements in order, then the fits ---------------------------
@@ -943,7 +987,8 @@ void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& p
 double score_points(const HardwareProfile& h, const EngineProfile& engine, std::vector<CalibrationPoint>& points, double eb) {
   double err = 0;
   for (auto& p : points) {
-    p.predicted_s = p.kind == "model_prefill" ? model_prefill_seconds(h, engine, p.features)
+    p.predicted_s = p.kind == "model_prefill"   ? model_prefill_seconds(h, engine, p.features)
+                    : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features)
                     : p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
@@ -1039,8 +1084,9 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   fit_roofline(h, r.points, overhead);
   fit_mamba_mixers(h, r.points);
   fit_decode_steps(h, r.points, b.eb);
-  // Last: the whole-model prefills' rest is what the fitted profile above leaves over.
+  // Last: the whole-model steps' and prefills' rests are what the fitted profile above leaves over.
   const EngineProfile engine = load_engine(kPrefillEngine, o.configs_dir.empty() ? default_configs_dir() : o.configs_dir);
+  fit_model_decodes(h, r.points, engine);
   fit_model_prefills(h, r.points, engine);
   r.mape = score_points(h, engine, r.points, b.eb);
   return r;

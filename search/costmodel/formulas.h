@@ -277,12 +277,15 @@ class Evaluator {
   // A GEMM of a [out, in] weight over `rows` rows on a profile with a measured decode step
   // (HardwareProfile::DecodeStepCost): the one-row GEMM streams the weight at its own rate; each
   // further row (a batched decode, an expert's tokens) adds its own measured cost per output and
-  // per multiply-add, not another one-row GEMM's.
+  // per multiply-add, not another one-row GEMM's. A one-row GEMM's weight bytes also cost the
+  // whole cold step's model_per_weight_byte beyond the pooled GEMMs' rate (measured on one-row
+  // steps; a batched step's GEMMs did not show it: docs/costmodel.md "The cold step per layer kind").
   template <typename A, typename B, typename R>
   auto gemv(const A& out, const B& in, const R& rows) const {
     const auto& c = hw_.decode;
     const R extra = O::maximum(rows - 1.0, 0.0);
-    return out * in * (g_.wbytes * c.gemv_per_byte) + (in + out) * (rows * g_.abytes * c.gemv_per_byte) +
+    const R one_row = O::maximum(1.0 - extra, 0.0);
+    return out * in * (g_.wbytes * (c.gemv_per_byte + one_row * c.model_per_weight_byte)) + (in + out) * (rows * g_.abytes * c.gemv_per_byte) +
            out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) + out * in * (extra * c.gemv_per_row_mac) +
            c.gemv_fixed;
   }
@@ -315,8 +318,8 @@ class Evaluator {
             shared * mlp_gemvs(d.moe_mats, d.shared_ffn, H, n) +
             touched * mlp_gemvs(d.moe_mats, d.expert_ffn, d.moe_width, d.top_k * n / O::maximum(touched, 1.0)) +
             touched * c.moe_per_expert + c.moe_fixed;
-    return d.attn_keep * (attn + c.model_per_layer) + d.mamba_keep * (mamba + c.model_per_layer) +
-           d.mlp_keep * (mlp + c.model_per_layer) + d.moe_keep * (moe + c.model_per_layer);
+    return d.attn_keep * (attn + c.model_per_layer) + d.mamba_keep * (mamba + c.model_per_mamba_layer) +
+           d.mlp_keep * (mlp + c.model_per_layer) + d.moe_keep * (moe + c.model_per_moe_layer);
   }
 
   // Peak bytes of the tensors an eager implementation (model/layers/*) holds at once in each

@@ -134,18 +134,25 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
           {"mlp_fixed_s", &c.mlp_fixed},     {"mlp_per_ffn_s", &c.mlp_per_ffn},     {"moe_fixed_s", &c.moe_fixed},
           {"moe_per_expert_s", &c.moe_per_expert}, {"mamba_fixed_s", &c.mamba_fixed},
           {"gemv_per_row_out_s", &c.gemv_per_row_out}, {"gemv_per_row_mac_s", &c.gemv_per_row_mac},
-          {"model_fixed_s", &c.model_fixed}, {"model_per_layer_s", &c.model_per_layer}};
+          {"model_fixed_s", &c.model_fixed}, {"model_per_layer_s", &c.model_per_layer},
+          {"model_per_moe_layer_s", &c.model_per_moe_layer}, {"model_per_mamba_layer_s", &c.model_per_mamba_layer},
+          {"model_per_weight_byte_s", &c.model_per_weight_byte}};
+}
+// The per-kind terms of the model step, written and read together.
+bool model_kind_field(const std::string& name) {
+  return name == "model_per_moe_layer_s" || name == "model_per_mamba_layer_s" || name == "model_per_weight_byte_s";
 }
 // The per-extra-row terms, absent from profiles calibrated on one-row GEMMs only, and the
 // model step's own terms, absent from profiles made before they were measured.
 bool optional_decode_field(const std::string& name) {
   return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s" ||
-         name == "model_per_layer_s";
+         name == "model_per_layer_s" || model_kind_field(name);
 }
 // Whether a decode_step field is written: the required ones always, an optional one when measured.
 bool decode_field_written(const HardwareProfile::DecodeStepCost& c, const std::string& name) {
   if (name == "model_fixed_s") return c.has_model_fixed;
   if (name == "model_per_layer_s") return c.has_model_per_layer;
+  if (model_kind_field(name)) return c.has_model_kinds;
   return !optional_decode_field(name) || c.batched;
 }
 // The prefill_step block's JSON fields (HardwareProfile::PrefillStepCost), in file order.
@@ -214,6 +221,15 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     c.batched = x.contains("gemv_per_row_out_s") || x.contains("gemv_per_row_mac_s");
     c.has_model_fixed = x.contains("model_fixed_s");
     c.has_model_per_layer = x.contains("model_per_layer_s");
+    // The per-kind and per-weight-byte terms are fitted together: all three or none.
+    int kinds = 0;
+    std::string missing;
+    for (const char* k : {"model_per_moe_layer_s", "model_per_mamba_layer_s", "model_per_weight_byte_s"})
+      if (x.contains(k)) ++kinds;
+      else if (missing.empty()) missing = k;
+    if (kinds > 0 && kinds < 3)
+      f.fail("decode_step." + missing, "missing (model_per_moe_layer_s, model_per_mamba_layer_s and model_per_weight_byte_s come together)");
+    c.has_model_kinds = kinds == 3;
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
   }

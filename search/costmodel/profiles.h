@@ -75,8 +75,13 @@ struct HardwareProfile {
   //   is (embedding, final norm, logits, the first touches of cold code and page tables):
   //   model_fixed once per step, and model_per_layer once per sublayer: what a sublayer costs in
   //   a whole cold step beyond its price from a pool of warm-code copies (its norm weights, its
-  //   cache and activations from memory). `has_model_fixed` / `has_model_per_layer`: measured;
-  //   profiles from before either charge 0 and are recalibrated when cached.
+  //   cache and activations from memory). That rest per sublayer is model_per_layer for
+  //   attention and MLP sublayers, model_per_moe_layer for MoE and model_per_mamba_layer for
+  //   Mamba ones (fitted on one- and two-block models of each family), plus
+  //   model_per_weight_byte on every weight byte a step's GEMMs read (a whole cold step reads
+  //   its weights slower than the pooled GEMMs: ~25% on the Zen 4 VM, docs/costmodel.md).
+  //   `has_model_fixed` / `has_model_per_layer` / `has_model_kinds`: measured; profiles from
+  //   before charge 0 and are recalibrated when cached.
   struct DecodeStepCost {
     bool measured = false;
     double gemv_fixed = 0, gemv_per_byte = 0, gemv_per_out = 0;
@@ -90,6 +95,8 @@ struct HardwareProfile {
     bool has_model_fixed = false;
     double model_per_layer = 0;
     bool has_model_per_layer = false;
+    double model_per_moe_layer = 0, model_per_mamba_layer = 0, model_per_weight_byte = 0;
+    bool has_model_kinds = false;
   } decode;
   // Measured rest of an eager prefill, CPU profiles only: what a whole model's prefill from
   // cold caches takes beyond the operators the formulas price (fitted by `cost calibrate` on

@@ -33,6 +33,10 @@ assert j["decode_step"]["model_fixed_s"] >= 0 and j["decode_step"]["model_per_la
 # ... on one- and two-block models (one block alone cannot tell the step's term from the layers').
 shapes = [p["shape"] for p in j["measurements"]["points"] if p["kind"] == "model_decode"]
 assert any(s.startswith("h") for s in shapes) and any(s.startswith("2x(") for s in shapes), shapes
+# ... of each layer family, so a MoE or Mamba sublayer gets its own rest, and per weight byte.
+for fam in ("moe", "mamba"):
+    assert any(s.startswith(fam + " h") for s in shapes) and any(s.startswith("2x(" + fam + " h") for s in shapes), shapes
+assert all(j["decode_step"][k] >= 0 for k in ("model_per_moe_layer_s", "model_per_mamba_layer_s", "model_per_weight_byte_s")), j["decode_step"]
 # ... each in windows spread over the pass (its start, middle and end), keeping the fastest.
 for p in j["measurements"]["points"]:
     if p["kind"] == "model_decode":

@@ -257,9 +257,11 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   tiny.layers = {l, l};
   Workload w;
   w.id = "w", w.prompt_tokens = 64, w.output_tokens = 8, w.context_tokens = 72;
-  const EngineProfile eager = load_engine("local-eager", AC_SOURCE_DIR "/configs");
+  EngineProfile eager = load_engine("local-eager", AC_SOURCE_DIR "/configs");
+  eager.max_num_seqs = 8;  // as `cost validate` runs its batched regimes (the file's 1 would cap B)
   for (int64_t b : {1, 4}) {
     w.concurrency = b;
+    ASSERT_EQ(predict(tiny, hs, eager, w).concurrency, b);
     EXPECT_NEAR(predict(tiny, hs, eager, w).tpot_s - predict(tiny, hr, eager, w).tpot_s, 5.7e-4, 1e-12) << b;
   }
   // The per-sublayer term: absent (0) or read and written back, charged once per sublayer
@@ -271,6 +273,46 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   for (int64_t b : {1, 4}) {
     w.concurrency = b;
     EXPECT_NEAR(predict(tiny, hl, eager, w).tpot_s - predict(tiny, hs, eager, w).tpot_s, 2 * 3.1e-5, 1e-12) << b;
+  }
+  // The MoE and Mamba sublayers' rests and the per-weight-byte term: all three or none (one
+  // alone is refused, naming the first missing), read and written back.
+  EXPECT_FALSE(hl.decode.has_model_kinds);
+  nlohmann::json kinds = layered;
+  kinds["decode_step"]["model_per_moe_layer_s"] = 4e-5;
+  try {
+    (void)hardware_from_json(kinds, "x.json");
+    ADD_FAILURE() << "a per-kind term without the others was accepted";
+  } catch (const ac::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("decode_step.model_per_mamba_layer_s"), std::string::npos) << e.what();
+  }
+  kinds["decode_step"]["model_per_mamba_layer_s"] = 6e-5;
+  kinds["decode_step"]["model_per_weight_byte_s"] = 2e-11;
+  const HardwareProfile hk = hardware_from_json(kinds, "x.json");
+  EXPECT_TRUE(hk.decode.has_model_kinds);
+  EXPECT_EQ(hardware_to_json(hk)["decode_step"], kinds["decode_step"]);
+  // Each weight byte of a one-row GEMM (B = 1: two MLPs' gate, up, down and the LM head) costs
+  // model_per_weight_byte; a batched step's GEMMs do not.
+  auto [nobytes, hn] = with_field(kinds, "model_per_weight_byte_s", 0.0);
+  const double bytes = 2.0 * (2 * 3 * 256 * 768 + 4096 * 256);
+  w.concurrency = 1;
+  EXPECT_NEAR(predict(tiny, hk, eager, w).tpot_s - predict(tiny, hn, eager, w).tpot_s, bytes * 2e-11, 1e-12);
+  w.concurrency = 4;
+  EXPECT_NEAR(predict(tiny, hk, eager, w).tpot_s - predict(tiny, hn, eager, w).tpot_s, 0.0, 1e-12);
+  // A MoE sublayer costs model_per_moe_layer and a Mamba one model_per_mamba_layer instead of
+  // model_per_layer, whatever the batch.
+  ac::model::ArchSpec mixed = tiny;
+  ac::model::LayerSpec mamba, moe;
+  mamba.mamba = ac::model::MambaSpec{};
+  mamba.mamba->num_heads = 8, mamba.mamba->head_dim = 64, mamba.mamba->state_size = 16, mamba.mamba->n_groups = 1;
+  moe.moe = ac::model::MoeSpec{};
+  moe.moe->num_experts = 8, moe.moe->top_k = 2, moe.moe->expert_ffn = 128;
+  mixed.layers = {mamba, moe, moe};
+  HardwareProfile flat = hk;
+  flat.decode.model_per_moe_layer = flat.decode.model_per_mamba_layer = flat.decode.model_per_layer;
+  for (int64_t b : {1, 4}) {
+    w.concurrency = b;
+    EXPECT_NEAR(predict(mixed, hk, eager, w).tpot_s - predict(mixed, flat, eager, w).tpot_s,
+                2 * (4e-5 - 3.1e-5) + (6e-5 - 3.1e-5), 1e-12) << b;
   }
   layered["decode_step"]["model_per_layer_s"] = -1;
   EXPECT_THROW(hardware_from_json(layered, "x.json"), ac::InputError);
