@@ -27,8 +27,9 @@ def table(out_dir):
                    key=lambda p: int(p.split("pair-")[-1].split(os.sep)[0]))
     if not paths:
         sys.exit(f"{out_dir}: no pair-*/validate.json")
-    print("| pair | latency | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| pair | latency | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
+          "| per MoE / Mamba layer, per weight byte |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     lat = []
     for p in paths:
         r = load(p)
@@ -46,12 +47,14 @@ def table(out_dir):
                 pass
         tpot = lambda b: pct(reg[f"tpot B={b}"]["mape"]) if f"tpot B={b}" in reg else "-"
         us = lambda k: f"{1e6 * ds[k]:.0f} us" if k in ds else "-"
+        kinds = (f"{us('model_per_moe_layer_s')} / {us('model_per_mamba_layer_s')}, "
+                 f"{1e12 * ds['model_per_weight_byte_s']:.0f} ps" if "model_per_weight_byte_s" in ds else "-")
         name = p.split(os.sep)[-2].split("-")[-1]  # pair-K
         log = os.path.join(os.path.dirname(p), "validate.log")
         if os.path.exists(log) and "calibrating" in open(log).read():
             name += " (recalibrated by validate)"
         print(f"| {name} | {pct(m['latency'])} | {pct(m['prefill'])} | {pct(m['decode'])} ({100 * signed:+.1f}%) | "
-              f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} |")
+              f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} | {kinds} |")
         lat.append(m["latency"])
     print(f"{out_dir}: latency MAPE {pct(min(lat))}-{pct(max(lat))} over {len(lat)} pairs "
           f"(spread {100 * (max(lat) - min(lat)):.1f} points)")
