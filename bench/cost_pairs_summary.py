@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One line per `cost validate` report under DIR/pair-*/validate.json (bench_cost_pairs.sh):
 latency, prefill, decode B=1 (signed), TPOT B=4 / B=8, memory MAPE, the profile's decode-step
-terms, and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
+terms (the cold step's fixed, per-layer and, where fitted, per MoE / Mamba layer and per weight
+byte), and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
 Given a second DIR (a baseline's pairs), its table too and the ratio of the mean latency MAPEs.
   cost_pairs_summary.py DIR [BASELINE_DIR]"""
 import glob
