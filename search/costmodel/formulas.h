@@ -285,9 +285,9 @@ class Evaluator {
     const auto& c = hw_.decode;
     const R extra = O::maximum(rows - 1.0, 0.0);
     const R one_row = O::maximum(1.0 - extra, 0.0);
-    return out * in * (g_.wbytes * (c.gemv_per_byte + one_row * c.model_per_weight_byte)) + (in + out) * (rows * g_.abytes * c.gemv_per_byte) +
-           out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) + out * in * (extra * c.gemv_per_row_mac) +
-           c.gemv_fixed;
+    return out * in * (g_.wbytes * (c.gemv_per_byte + one_row * c.model_per_weight_byte)) +
+           (in + out) * (rows * g_.abytes * c.gemv_per_byte) + out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) +
+           out * in * (extra * c.gemv_per_row_mac) + c.gemv_fixed;
   }
   // The GEMMs of a gated / plain MLP of width `ffn` at width `w` (gate and up, down), run as
   // separate calls by an engine that splits projections, else gate+up fused.
