@@ -404,13 +404,12 @@ model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks, BlockF
     l.mlp = model::MlpSpec{ffn, model::MlpActivation::ReLU2};
   } else {
     l.attention = model::AttentionSpec{int(heads), int(kv), int(kBlockHeadDim)};
-    l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
   }
+  if (family == BlockFamily::Dense) l.mlp = model::MlpSpec{ffn, model::MlpActivation::SwiGLU};
   if (family == BlockFamily::Moe) {
     model::MoeSpec e;
     e.num_experts = 16, e.top_k = 4, e.expert_ffn = ffn / 4, e.shared_ffn = ffn / 2;
     e.router = model::RouterKind::SigmoidBias, e.activation = model::MlpActivation::ReLU2, e.routed_scaling = 2.5;
-    l.mlp.reset();
     l.moe = e;
   }
   spec.layers.assign(size_t(blocks), l);

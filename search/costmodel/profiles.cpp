@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdio>
 #include <filesystem>
@@ -139,8 +140,10 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
           {"model_per_weight_byte_s", &c.model_per_weight_byte}};
 }
 // The per-kind terms of the model step, written and read together.
+constexpr std::array<const char*, 3> kModelKindFields = {"model_per_moe_layer_s", "model_per_mamba_layer_s",
+                                                         "model_per_weight_byte_s"};
 bool model_kind_field(const std::string& name) {
-  return name == "model_per_moe_layer_s" || name == "model_per_mamba_layer_s" || name == "model_per_weight_byte_s";
+  return std::find(kModelKindFields.begin(), kModelKindFields.end(), name) != kModelKindFields.end();
 }
 // The per-extra-row terms, absent from profiles calibrated on one-row GEMMs only, and the
 // model step's own terms, absent from profiles made before they were measured.
@@ -224,12 +227,12 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     // The per-kind and per-weight-byte terms are fitted together: all three or none.
     int kinds = 0;
     std::string missing;
-    for (const char* k : {"model_per_moe_layer_s", "model_per_mamba_layer_s", "model_per_weight_byte_s"})
+    for (const char* k : kModelKindFields)
       if (x.contains(k)) ++kinds;
       else if (missing.empty()) missing = k;
-    if (kinds > 0 && kinds < 3)
+    if (kinds > 0 && kinds < int(kModelKindFields.size()))
       f.fail("decode_step." + missing, "missing (model_per_moe_layer_s, model_per_mamba_layer_s and model_per_weight_byte_s come together)");
-    c.has_model_kinds = kinds == 3;
+    c.has_model_kinds = kinds == int(kModelKindFields.size());
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
   }
