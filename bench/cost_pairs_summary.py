@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """One line per `cost validate` report under DIR/pair-*/validate.json (bench_cost_pairs.sh):
-latency, prefill, decode B=1 (signed), TPOT B=4 / B=8, memory MAPE, the profile's decode-step
-terms (the cold step's fixed, per-layer and, where fitted, per MoE / Mamba layer and per weight
-byte), and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
+latency, prefill, decode B=1, TPOT B=4 / B=8 (each with its mean signed error), memory MAPE,
+the profile's decode-step terms (the cold step's fixed, per-layer and, where fitted, per MoE /
+Mamba layer and per weight byte; each further row's attention per-kv and MLP per-ffn rest over
+the first row's), each group's batched TPOT error minus its rows' B=1 error, and the spread of
+latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
 Given a second DIR (a baseline's pairs), its table too and the ratio of the mean latency MAPEs.
   cost_pairs_summary.py DIR [BASELINE_DIR]"""
 import glob
@@ -21,6 +23,31 @@ def pct(x):
     return f"{100 * x:.1f}%"
 
 
+def group(name):
+    return ("dense" if name.startswith("dense") else "MoE" if name.startswith("moe") else
+            "hybrid" if name.startswith(("hybrid", "mamba")) else "hetero")
+
+
+def batched_slope(paths):
+    """Each row's TPOT error at B = 4 and 8 minus its own B = 1 error (signed, predicted over
+    measured), averaged per group of rows over the pairs: the batched slope with the level the
+    VM's speed state sets in one validation taken out."""
+    diff = {}
+    for p in paths:
+        err = {}
+        for x in load(p).get("regime_rows", []):
+            if x["regime"].startswith("tpot B="):
+                s = x["seconds"]
+                err[(x["name"], x["concurrency"])] = s["predicted"] / s["measured"] - 1
+        for (name, b), e in err.items():
+            if b != 1 and (name, 1) in err:
+                diff.setdefault((b, group(name)), []).append(e - err[(name, 1)])
+    for b in sorted({b for b, _ in diff}):
+        cells = [f"{g} {100 * sum(v) / len(v):+.1f}% (|{100 * sum(map(abs, v)) / len(v):.1f}|)"
+                 for (bb, g), v in sorted(diff.items()) if bb == b]
+        print(f"TPOT B={b} minus the row's B=1 error, mean (mean abs) per group: " + ", ".join(cells))
+
+
 def table(out_dir):
     # bench_cost_pairs.sh's output, or the compressed copies under docs/data/cost_pairs/
     paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or
@@ -29,8 +56,8 @@ def table(out_dir):
     if not paths:
         sys.exit(f"{out_dir}: no pair-*/validate.json")
     print("| pair | latency | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
-          "| per MoE / Mamba layer, per weight byte |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| per MoE / Mamba layer, per weight byte | further row / first: attn kv, MLP ffn |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     lat = []
     for p in paths:
         r = load(p)
@@ -46,7 +73,10 @@ def table(out_dir):
                 ds = load(f).get("decode_step", {}) or ds
             except (OSError, ValueError):
                 pass
-        tpot = lambda b: pct(reg[f"tpot B={b}"]["mape"]) if f"tpot B={b}" in reg else "-"
+        tpot = lambda b: (f"{pct(reg[f'tpot B={b}']['mape'])} ({100 * reg[f'tpot B={b}']['mean_signed_error']:+.1f}%)"
+                          if f"tpot B={b}" in reg else "-")
+        ratio = lambda k, one: f"{ds[k] / ds[one]:.2f}" if k in ds and ds.get(one, 0) > 0 else "-"
+        rows_rest = f"{ratio('attn_per_row_kv_s', 'attn_per_kv_s')}, {ratio('mlp_per_row_ffn_s', 'mlp_per_ffn_s')}"
         us = lambda k: f"{1e6 * ds[k]:.0f} us" if k in ds else "-"
         kinds = (f"{us('model_per_moe_layer_s')} / {us('model_per_mamba_layer_s')}, "
                  f"{1e12 * ds['model_per_weight_byte_s']:.0f} ps" if "model_per_weight_byte_s" in ds else "-")
@@ -55,8 +85,9 @@ def table(out_dir):
         if os.path.exists(log) and "calibrating" in open(log).read():
             name += " (recalibrated by validate)"
         print(f"| {name} | {pct(m['latency'])} | {pct(m['prefill'])} | {pct(m['decode'])} ({100 * signed:+.1f}%) | "
-              f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} | {kinds} |")
+              f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} | {kinds} | {rows_rest} |")
         lat.append(m["latency"])
+    batched_slope(paths)
     print(f"{out_dir}: latency MAPE {pct(min(lat))}-{pct(max(lat))} over {len(lat)} pairs "
           f"(spread {100 * (max(lat) - min(lat)):.1f} points)")
     return sum(lat) / len(lat)

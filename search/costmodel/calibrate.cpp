@@ -77,8 +77,13 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
   double t = 0;
   for (const auto& g : gemms) t += gemv(g[0], g[1], g[2]);
   if (kind == "gemv" || f.empty()) return t;
-  if (kind == "attention_decode") t += c.attn_fixed * f[0] + c.attn_per_kv * f[1] + c.attn_per_q * f[2];
-  if (kind == "mlp_decode") t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1];
+  // attention {1, past kv_dim, past q_dim} for the first row, the same times (rows - 1) for the
+  // others; MLP {1, ffn} and times (rows - 1)
+  if (kind == "attention_decode")
+    t += c.attn_fixed * f[0] + c.attn_per_kv * f[1] + c.attn_per_q * f[2] +
+         (f.size() > 3 ? c.attn_per_row * f[3] + c.row_per_kv() * f[4] + c.row_per_q() * f[5] : 0.0);
+  if (kind == "mlp_decode")
+    t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1] + (f.size() > 2 ? c.mlp_per_row * f[2] + c.row_per_ffn() * f[3] : 0.0);
   if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
   if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
   return t;
@@ -236,6 +241,20 @@ void add_point(std::vector<CalibrationPoint>& points, const std::string& kind, c
   points.push_back(std::move(p));
 }
 
+// A step cache in memory of its own, with the same values and layout.
+model::LayerCache copy_cache(const model::LayerCache& c) {
+  auto copy = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
+  model::LayerCache r = c;
+  if (c.kv.buffered()) {
+    r.kv.k_buf = copy(c.kv.k_buf), r.kv.v_buf = copy(c.kv.v_buf);
+    r.kv.k = r.kv.k_buf.narrow(2, 0, c.kv.k.size(2)), r.kv.v = r.kv.v_buf.narrow(2, 0, c.kv.v.size(2));
+  } else {
+    r.kv.k = copy(c.kv.k), r.kv.v = copy(c.kv.v);
+  }
+  r.mamba.conv_state = copy(c.mamba.conv_state), r.mamba.ssm_state = copy(c.mamba.ssm_state);
+  return r;
+}
+
 // Decode steps (CPU): one-row GEMMs, then the model's own DecoderLayer at chosen sizes (one
 // layer with one sublayer, no architecture), a decode step of one token timed whole. Its
 // GEMMs are charged by the one-row GEMM line fitted here, the rest (norm, residual, casts,
@@ -271,7 +290,8 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
     }
   }
   model::TpGroup tp{dist::make_self_communicator()};
-  // kind, hidden, the layer, the cached tokens before the step, features, the GEMMs it runs.
+  // kind, hidden, the layer, the cached tokens before the step, features, the GEMMs it runs, and
+  // the sequences it steps (one row each).
   struct Step {
     const char* kind;
     int64_t h;
@@ -279,33 +299,49 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
     int64_t past;
     std::vector<double> features;
     std::vector<std::array<double, 3>> gemms;
+    int64_t rows = 1;
+    bool same_layer = false;  // the previous step's layer over other rows: its pool is kept
   };
   std::vector<Step> steps;
-  auto mlp_gemms = [](double mats, double ffn, double w) {
-    std::vector<std::array<double, 3>> g(size_t(mats - 1), {ffn, w, 1.0});
-    g.push_back({w, ffn, 1.0});
+  auto mlp_gemms = [](double mats, double ffn, double w, double rows = 1.0) {
+    std::vector<std::array<double, 3>> g(size_t(mats - 1), {ffn, w, rows});
+    g.push_back({w, ffn, rows});
     return g;
   };
+  // Attention and MLP sublayers are also stepped over 4 or 8 sequences at once (a batched decode,
+  // every other size in turn): each further row's rest is fitted apart from the first row's.
+  auto batch_of = [&](size_t i) -> int64_t { return o.quick ? 8 : i % 2 == 0 ? 4 : 8; };
   // attention: h, heads, kv heads, head dim, cached tokens (RoPE on; GQA 1:1 to 1:7)
-  for (const auto& [h, H, K, D, past] : std::vector<std::array<int64_t, 5>>{
-           {192, 3, 1, 64, 100}, {320, 5, 5, 64, 300}, {448, 7, 1, 64, 200}, {384, 6, 2, 64, 480},
-           {256, 8, 4, 32, 160}, {640, 10, 2, 64, 360}, {512, 16, 4, 32, 250}, {288, 9, 3, 32, 420}}) {
-    if (o.quick && steps.size() >= 4) break;
+  const std::vector<std::array<int64_t, 5>> attention_sizes{
+      {192, 3, 1, 64, 100}, {320, 5, 5, 64, 300}, {448, 7, 1, 64, 200}, {384, 6, 2, 64, 480},
+      {256, 8, 4, 32, 160}, {640, 10, 2, 64, 360}, {512, 16, 4, 32, 250}, {288, 9, 3, 32, 420}};
+  for (size_t i = 0; i < attention_sizes.size() && !(o.quick && i >= 4); ++i) {
+    const auto& [h, H, K, D, past] = attention_sizes[i];
     model::LayerSpec l;
     l.attention = model::AttentionSpec{int(H), int(K), int(D)};
     const double qd = double(H * D), kvd = double(K * D), hd = double(h);
-    steps.push_back({"attention_decode", h, l, past, {1.0, double(past) * kvd, double(past) * qd},
-                     {{qd, hd, 1}, {kvd, hd, 1}, {kvd, hd, 1}, {hd, qd, 1}}});
+    for (int64_t b : {int64_t(1), batch_of(i)}) {
+      const double r = double(b), x = r - 1.0;
+      steps.push_back({"attention_decode", h, l, past,
+                       {1.0, double(past) * kvd, double(past) * qd, x, x * double(past) * kvd, x * double(past) * qd},
+                       {{qd, hd, r}, {kvd, hd, r}, {kvd, hd, r}, {hd, qd, r}}, b, b > 1});
+    }
   }
   // MLP: h, ffn, gated (SwiGLU) or not (ReLU2)
-  for (const auto& [h, ffn, gated] : std::vector<std::array<int64_t, 3>>{
-           {192, 640, 1}, {320, 1000, 1}, {448, 1536, 0}, {384, 2304, 1}, {576, 1200, 0}, {256, 2816, 1}}) {
+  const std::vector<std::array<int64_t, 3>> mlp_sizes{{192, 640, 1},  {320, 1000, 1}, {448, 1536, 0},
+                                                      {384, 2304, 1}, {576, 1200, 0}, {256, 2816, 1}};
+  for (size_t i = 0; i < mlp_sizes.size() && !(o.quick && i >= 3); ++i) {
+    const auto& [h, ffn, gated] = mlp_sizes[i];
     model::LayerSpec l;
     l.mlp = model::MlpSpec{ffn, gated ? model::MlpActivation::SwiGLU : model::MlpActivation::ReLU2};
-    steps.push_back({"mlp_decode", h, l, 0, {1.0, double(ffn)}, mlp_gemms(gated ? 3 : 2, double(ffn), double(h))});
-    if (o.quick && steps.size() >= 7) break;
+    for (int64_t b : {int64_t(1), batch_of(i)}) {
+      const double r = double(b), x = r - 1.0;
+      steps.push_back({"mlp_decode", h, l, 0, {1.0, double(ffn), x, x * double(ffn)},
+                       mlp_gemms(gated ? 3 : 2, double(ffn), double(h), r), b, b > 1});
+    }
   }
   // MoE: h, experts, top-k, expert FFN, shared FFN, latent
+  const size_t before_moe = steps.size();
   for (const auto& [h, E, k, eff, sh, lat] : std::vector<std::array<int64_t, 6>>{
            {256, 6, 2, 256, 0, 0},   {320, 12, 3, 192, 320, 0}, {384, 10, 1, 512, 0, 0}, {448, 20, 4, 128, 0, 0},
            {288, 16, 2, 160, 576, 0}, {512, 12, 2, 256, 0, 192}, {256, 24, 6, 96, 0, 0}}) {
@@ -321,7 +357,7 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
     for (int64_t e = 0; e < k; ++e)
       for (const auto& x : mlp_gemms(3, double(eff), w)) g.push_back(x);
     steps.push_back({"moe_decode", h, l, 0, {1.0, double(k)}, g});
-    if (o.quick && steps.size() >= 10) break;
+    if (o.quick && steps.size() - before_moe >= 3) break;
   }
   // Mamba (the mixer's own step is the `mamba` term): the layer's norm and residual around it
   for (const auto& [h, H, P, N, G] : std::vector<std::array<int64_t, 5>>{
@@ -340,21 +376,25 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
   // copies of the layer holding > 40 MiB of weights, the steps go round the pool.
   const int rounds = o.quick || o.passes > 1 ? 1 : 3;  // passes repeat it too
   std::vector<std::vector<double>> ts(steps.size());
+  std::vector<model::DecoderLayer> pool;
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& st = steps[i];
-    model::ArchSpec spec;
-    spec.hidden_size = st.h, spec.vocab_size = 256, spec.layers = {st.layer};
-    std::vector<model::DecoderLayer> pool;
-    std::vector<model::LayerCache> caches;
-    double held = 0;
-    while (held < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
-      pool.emplace_back(spec, 0, tp, dt);
-      pool.back()->eval();
-      for (const auto& q : pool.back()->parameters()) held += double(q.numel() * q.element_size());
-      caches.emplace_back();
-      if (st.past > 0) (void)pool.back()->forward(torch::randn({1, st.past, st.h}, opt), 0, &caches.back());
+    if (!st.same_layer) {
+      model::ArchSpec spec;
+      spec.hidden_size = st.h, spec.vocab_size = 256, spec.layers = {st.layer};
+      pool.clear();
+      double held = 0;
+      while (held < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
+        pool.emplace_back(spec, 0, tp, dt);
+        pool.back()->eval();
+        for (const auto& q : pool.back()->parameters()) held += double(q.numel() * q.element_size());
+      }
     }
-    auto x1 = torch::randn({1, 1, st.h}, opt);
+    // Each member's own cache of `past` tokens per sequence: the first one's, prefilled, copied.
+    std::vector<model::LayerCache> caches(pool.size());
+    if (st.past > 0) (void)pool[0]->forward(torch::randn({st.rows, st.past, st.h}, opt), 0, &caches[0]);
+    for (size_t k = 1; k < pool.size(); ++k) caches[k] = copy_cache(caches[0]);
+    auto x1 = torch::randn({st.rows, 1, st.h}, opt);
     const size_t reps = std::max<size_t>(o.quick ? 9 : 21, pool.size());
     for (int round = 0; round < rounds; ++round) {
       std::vector<double> t;
@@ -371,6 +411,7 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& st = steps[i];
     std::string shape = "layer h" + std::to_string(st.h) + " step after " + std::to_string(st.past) + " tokens";
+    if (st.rows > 1) shape += " x" + std::to_string(st.rows) + " sequences";
     if (st.layer.attention)
       shape += " heads " + std::to_string(st.layer.attention->num_heads) + "/" + std::to_string(st.layer.attention->num_kv_heads);
     if (st.layer.mlp) shape += " ffn " + std::to_string(st.layer.mlp->ffn_size);
@@ -608,35 +649,52 @@ void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>&
   h.prefill.measured = true;
 }
 
+// Whether a sublayer step point stepped more than one sequence (its rows - 1 feature > 0).
+bool batched_step(const CalibrationPoint& p) {
+  const size_t at = p.kind == "attention_decode" ? 3 : p.kind == "mlp_decode" ? 2 : 0;
+  return at > 0 && p.features.size() > at && p.features[at] > 0;
+}
+
 // Decode steps: the one-row GEMM line, then each sublayer kind's rest with its GEMMs (and the
-// Mamba mixer's fitted step) as a known offset.
+// Mamba mixer's fitted step) as a known offset: first on one-row steps, then (attention and MLP)
+// each further row's rest on the batched steps, with the first row's as a known offset too.
 void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double eb) {
   std::vector<std::vector<double>> X;
   std::vector<double> t;
   for (const auto& p : points)
     if (p.kind == "gemv") X.push_back(p.features), t.push_back(p.seconds);
-  if (!X.empty()) {
-    const std::vector<double> c = fit_nonneg(X, t);
-    auto& d = h.decode;
-    d.gemv_fixed = c[0], d.gemv_per_byte = c[1], d.gemv_per_out = c[2], d.gemv_per_row_out = c[3], d.gemv_per_row_mac = c[4];
-    d.measured = d.batched = true;
-    for (const char* kind : {"attention_decode", "mlp_decode", "moe_decode", "mamba_decode"}) {
-      X.clear(), t.clear();
-      std::vector<double> off;
-      for (const auto& p : points)
-        if (p.kind == kind) {
-          const bool mamba = std::string(kind) == "mamba_decode";
-          X.push_back(mamba ? std::vector<double>{1.0} : p.features), t.push_back(p.seconds);
-          off.push_back(decode_step_seconds(h, p.kind, {}, p.gemms, eb) + (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
-        }
-      if (X.empty()) continue;
-      const std::vector<double> f = fit_nonneg(X, t, off);
-      const std::string k = kind;
-      if (k == "attention_decode") d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
-      if (k == "mlp_decode") d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
-      if (k == "moe_decode") d.moe_fixed = f[0], d.moe_per_expert = f[1];
-      if (k == "mamba_decode") d.mamba_fixed = f[0];
+  if (X.empty()) return;
+  const std::vector<double> c = fit_nonneg(X, t);
+  auto& d = h.decode;
+  d.gemv_fixed = c[0], d.gemv_per_byte = c[1], d.gemv_per_out = c[2], d.gemv_per_row_out = c[3], d.gemv_per_row_mac = c[4];
+  d.measured = d.batched = true;
+  // The rest of `kind`'s one-row or batched steps, fitted on the features [first, first + count)
+  // of each point; the other terms (the GEMMs, the Mamba mixer, the first row's rest of a batched
+  // step) are a known offset.
+  auto fit_rest = [&](const std::string& kind, bool batched, size_t first, size_t count) {
+    const bool mamba = kind == "mamba_decode";
+    std::vector<std::vector<double>> x;
+    std::vector<double> y, off;
+    for (const auto& p : points) {
+      if (p.kind != kind || batched_step(p) != batched) continue;
+      const auto at = p.features.begin() + long(first);
+      x.push_back(mamba ? std::vector<double>{1.0} : std::vector<double>(at, at + long(count)));
+      y.push_back(p.seconds);
+      std::vector<double> known = mamba ? std::vector<double>{} : p.features;
+      std::fill(known.begin() + long(std::min(first, known.size())), known.begin() + long(std::min(first + count, known.size())), 0.0);
+      off.push_back(decode_step_seconds(h, p.kind, known, p.gemms, eb) + (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
     }
+    return x.empty() ? std::vector<double>{} : fit_nonneg(x, y, off);
+  };
+  if (auto f = fit_rest("attention_decode", false, 0, 3); !f.empty()) d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
+  if (auto f = fit_rest("mlp_decode", false, 0, 2); !f.empty()) d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
+  if (auto f = fit_rest("moe_decode", false, 0, 2); !f.empty()) d.moe_fixed = f[0], d.moe_per_expert = f[1];
+  if (auto f = fit_rest("mamba_decode", false, 0, 1); !f.empty()) d.mamba_fixed = f[0];
+  const std::vector<double> a = fit_rest("attention_decode", true, 3, 3), m = fit_rest("mlp_decode", true, 2, 2);
+  if (!a.empty() && !m.empty()) {
+    d.attn_per_row = a[0], d.attn_per_row_kv = a[1], d.attn_per_row_q = a[2];
+    d.mlp_per_row = m[0], d.mlp_per_row_ffn = m[1];
+    d.has_row_rests = true;
   }
 }
 

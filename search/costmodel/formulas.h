@@ -297,21 +297,26 @@ class Evaluator {
     return gemv((mats - 1.0) * ffn, w, rows) + gemv(w, ffn, rows);
   }
   // One decode step of every layer with the measured decode-step cost: each sublayer's GEMMs on
-  // the one-row GEMM line plus the sublayer's measured rest (norm and residual included).
+  // the one-row GEMM line plus the sublayer's measured rest (norm and residual included), the
+  // first row's and each further row's (a batched step: one row per sequence).
   T measured_decode_time(const S& n, const S& b, double past) const {
     const Hd& h = h_;
     const auto& d = d_;
     const auto& c = hw_.decode;
     const T H = one() * h;
+    const S extra = O::maximum(b - 1.0, 0.0);
     T qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
     T proj = e_.split_projections ? gemv(qd, H, n) + 2.0 * gemv(kvd, H, n) : gemv(qd + 2.0 * kvd, H, n);
-    T attn = proj + gemv(H, qd, n) + kvd * (b * past * c.attn_per_kv) + qd * (b * past * c.attn_per_q) + c.attn_fixed;
+    T attn = proj + gemv(H, qd, n) + kvd * (past * (c.attn_per_kv + extra * c.row_per_kv())) +
+             qd * (past * (c.attn_per_q + extra * c.row_per_q())) + (c.attn_fixed + extra * c.attn_per_row);
     MambaWidths<T> m = mamba_widths(d);
     T lin = d.m_heads * (d.m_head_dim + d.m_state);
     T mamba = gemv(m.in_proj, H, n) + gemv(H, m.d_inner, n) +
               d.m_heads * d.m_head_dim * d.m_state * (n * hw_.mamba.step_per_state) + lin * (n * hw_.mamba.step_per_lin) +
               (hw_.mamba.step_fixed + c.mamba_fixed);
-    T mlp = mlp_gemvs(d.mlp_mats, d.ffn, H, n) + d.ffn * (n * c.mlp_per_ffn) + c.mlp_fixed;
+    const S mlp_extra = O::maximum(n - 1.0, 0.0);
+    T mlp = mlp_gemvs(d.mlp_mats, d.ffn, H, n) + d.ffn * (c.mlp_per_ffn + mlp_extra * c.row_per_ffn()) +
+            (c.mlp_fixed + mlp_extra * c.mlp_per_row);
     T touched = experts_touched(d.experts, d.top_k, n);
     T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0), latent = d.latent / O::maximum(d.latent, 1.0);
     T moe = gemv(d.experts, H, n) + latent * (gemv(d.latent, H, n) + gemv(H, d.latent, n)) +

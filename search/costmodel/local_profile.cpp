@@ -101,6 +101,8 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
     return "profile '" + hw.id + "' has no per-layer cost of a cold model decode step measured";
   if (hw.decode.measured && !hw.decode.has_model_kinds)  // cached before MoE and Mamba model steps were timed
     return "profile '" + hw.id + "' has no per-kind (MoE, Mamba) or per-weight-byte cost of a cold model decode step measured";
+  if (hw.decode.measured && !hw.decode.has_row_rests)  // cached before batched sublayer steps were timed
+    return "profile '" + hw.id + "' has no batched (4- and 8-sequence) attention and MLP decode steps measured";
   if (hw.decode.measured && !hw.prefill.measured)  // cached before whole model prefills were timed
     return "profile '" + hw.id + "' has no cold model prefill measured";
   if (const std::string busy = busy_warning(hw, trust.max_other_cores); !busy.empty()) {

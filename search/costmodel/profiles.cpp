@@ -137,7 +137,10 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
           {"gemv_per_row_out_s", &c.gemv_per_row_out}, {"gemv_per_row_mac_s", &c.gemv_per_row_mac},
           {"model_fixed_s", &c.model_fixed}, {"model_per_layer_s", &c.model_per_layer},
           {"model_per_moe_layer_s", &c.model_per_moe_layer}, {"model_per_mamba_layer_s", &c.model_per_mamba_layer},
-          {"model_per_weight_byte_s", &c.model_per_weight_byte}};
+          {"model_per_weight_byte_s", &c.model_per_weight_byte},
+          {"attn_per_row_s", &c.attn_per_row}, {"attn_per_row_kv_s", &c.attn_per_row_kv},
+          {"attn_per_row_q_s", &c.attn_per_row_q}, {"mlp_per_row_s", &c.mlp_per_row},
+          {"mlp_per_row_ffn_s", &c.mlp_per_row_ffn}};
 }
 // The per-kind terms of the model step, written and read together.
 constexpr std::array<const char*, 3> kModelKindFields = {"model_per_moe_layer_s", "model_per_mamba_layer_s",
@@ -145,17 +148,33 @@ constexpr std::array<const char*, 3> kModelKindFields = {"model_per_moe_layer_s"
 bool model_kind_field(const std::string& name) {
   return std::find(kModelKindFields.begin(), kModelKindFields.end(), name) != kModelKindFields.end();
 }
+// Each further row's rest of the attention and MLP sublayers, fitted together.
+constexpr std::array<const char*, 5> kRowRestFields = {"attn_per_row_s", "attn_per_row_kv_s", "attn_per_row_q_s",
+                                                       "mlp_per_row_s", "mlp_per_row_ffn_s"};
+bool row_rest_field(const std::string& name) {
+  return std::find(kRowRestFields.begin(), kRowRestFields.end(), name) != kRowRestFields.end();
+}
+// How many of `names` the block `x` has; the first it lacks in `missing`.
+template <size_t N>
+int count_fields(const json& x, const std::array<const char*, N>& names, std::string& missing) {
+  int n = 0;
+  for (const char* k : names)
+    if (x.contains(k)) ++n;
+    else if (missing.empty()) missing = k;
+  return n;
+}
 // The per-extra-row terms, absent from profiles calibrated on one-row GEMMs only, and the
 // model step's own terms, absent from profiles made before they were measured.
 bool optional_decode_field(const std::string& name) {
   return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s" ||
-         name == "model_per_layer_s" || model_kind_field(name);
+         name == "model_per_layer_s" || model_kind_field(name) || row_rest_field(name);
 }
 // Whether a decode_step field is written: the required ones always, an optional one when measured.
 bool decode_field_written(const HardwareProfile::DecodeStepCost& c, const std::string& name) {
   if (name == "model_fixed_s") return c.has_model_fixed;
   if (name == "model_per_layer_s") return c.has_model_per_layer;
   if (model_kind_field(name)) return c.has_model_kinds;
+  if (row_rest_field(name)) return c.has_row_rests;
   return !optional_decode_field(name) || c.batched;
 }
 // The prefill_step block's JSON fields (HardwareProfile::PrefillStepCost), in file order.
@@ -224,15 +243,19 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     c.batched = x.contains("gemv_per_row_out_s") || x.contains("gemv_per_row_mac_s");
     c.has_model_fixed = x.contains("model_fixed_s");
     c.has_model_per_layer = x.contains("model_per_layer_s");
-    // The per-kind and per-weight-byte terms are fitted together: all three or none.
-    int kinds = 0;
+    // The per-kind and per-weight-byte terms are fitted together: all three or none; so are the
+    // five further-row terms.
     std::string missing;
-    for (const char* k : kModelKindFields)
-      if (x.contains(k)) ++kinds;
-      else if (missing.empty()) missing = k;
+    const int kinds = count_fields(x, kModelKindFields, missing);
     if (kinds > 0 && kinds < int(kModelKindFields.size()))
       f.fail("decode_step." + missing, "missing (model_per_moe_layer_s, model_per_mamba_layer_s and model_per_weight_byte_s come together)");
     c.has_model_kinds = kinds == int(kModelKindFields.size());
+    missing.clear();
+    const int rows = count_fields(x, kRowRestFields, missing);
+    if (rows > 0 && rows < int(kRowRestFields.size()))
+      f.fail("decode_step." + missing, "missing (attn_per_row_s, attn_per_row_kv_s, attn_per_row_q_s, mlp_per_row_s and "
+                                       "mlp_per_row_ffn_s come together)");
+    c.has_row_rests = rows == int(kRowRestFields.size());
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
   }

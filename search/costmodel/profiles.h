@@ -67,9 +67,13 @@ struct HardwareProfile {
   //     gemv_per_row_mac x out in)   (the extra rows fitted on 2-16-row GEMMs: `batched`; a
   //     profile without them charges each row gemv_per_out x out, as one-row GEMMs)
   //   a sublayer's step minus its GEMMs (norm, residual, casts, RoPE, cache append, scores, routing,
-  //   dispatch): attention attn_fixed + attn_per_kv x b past kv_dim + attn_per_q x b past q_dim;
-  //   MLP mlp_fixed + mlp_per_ffn x b ffn; MoE moe_fixed + moe_per_expert x touched;
-  //   Mamba (on top of the `mamba` step term) mamba_fixed.
+  //   dispatch): attention attn_fixed + attn_per_kv x past kv_dim + attn_per_q x past q_dim;
+  //   MLP mlp_fixed + mlp_per_ffn x ffn; MoE moe_fixed + moe_per_expert x touched;
+  //   Mamba (on top of the `mamba` step term) mamba_fixed. Each further row of a batched step
+  //   (b - 1 of them) adds attn_per_row + attn_per_row_kv x past kv_dim + attn_per_row_q x past
+  //   q_dim, and mlp_per_row + mlp_per_row_ffn x ffn (fitted on 4- and 8-row sublayer steps:
+  //   `has_row_rests`; a profile without them charges each row the one-row rest's per-kv, per-q
+  //   and per-ffn terms again, as profiles before them did).
   //   The model's step beyond its layers and the LM head's GEMM (fitted on one- and two-block
   //   models), started from cold caches as a step of a model larger than the last-level cache
   //   is (embedding, final norm, logits, the first touches of cold code and page tables):
@@ -98,6 +102,12 @@ struct HardwareProfile {
     bool has_model_per_layer = false;
     double model_per_moe_layer = 0, model_per_mamba_layer = 0, model_per_weight_byte = 0;
     bool has_model_kinds = false;
+    double attn_per_row = 0, attn_per_row_kv = 0, attn_per_row_q = 0, mlp_per_row = 0, mlp_per_row_ffn = 0;
+    bool has_row_rests = false;
+    // Each further row's rest as charged: measured, or the one-row rest's variable terms again.
+    double row_per_kv() const { return has_row_rests ? attn_per_row_kv : attn_per_kv; }
+    double row_per_q() const { return has_row_rests ? attn_per_row_q : attn_per_q; }
+    double row_per_ffn() const { return has_row_rests ? mlp_per_row_ffn : mlp_per_ffn; }
   } decode;
   // Measured rest of an eager prefill, CPU profiles only: what a whole model's prefill from
   // cold caches takes beyond the operators the formulas price (fitted by `cost calibrate` on

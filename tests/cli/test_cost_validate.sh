@@ -37,6 +37,11 @@ assert any(s.startswith("h") for s in shapes) and any(s.startswith("2x(") for s 
 for fam in ("moe", "mamba"):
     assert any(s.startswith(fam + " h") for s in shapes) and any(s.startswith("2x(" + fam + " h") for s in shapes), shapes
 assert all(j["decode_step"][k] >= 0 for k in ("model_per_moe_layer_s", "model_per_mamba_layer_s", "model_per_weight_byte_s")), j["decode_step"]
+# Attention and MLP sublayers stepped over 8 sequences too, each further row's rest fitted apart.
+for kind in ("attention_decode", "mlp_decode"):
+    assert any(p["kind"] == kind and " x8 sequences" in p["shape"] for p in j["measurements"]["points"]), kind
+assert all(j["decode_step"][k] >= 0 for k in ("attn_per_row_s", "attn_per_row_kv_s", "attn_per_row_q_s", "mlp_per_row_s",
+                                              "mlp_per_row_ffn_s")), j["decode_step"]
 # ... each in windows spread over the pass (its start, middle and end), keeping the fastest.
 for p in j["measurements"]["points"]:
     if p["kind"] == "model_decode":

@@ -93,6 +93,16 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_TRUE(re.calibrated);
   EXPECT_NE(why.find("no cold model prefill"), std::string::npos) << why;
   EXPECT_TRUE(re.profile.prefill.measured);
+  // So is one cached before batched sublayer steps were timed (it would charge each further
+  // row the one-row rest again).
+  nlohmann::json one_row = r.to_json();
+  for (const char* k : {"attn_per_row_s", "attn_per_row_kv_s", "attn_per_row_q_s", "mlp_per_row_s", "mlp_per_row_ffn_s"})
+    one_row["decode_step"].erase(k);
+  std::ofstream(path) << one_row.dump();
+  const LocalProfile re_rows = local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
+  EXPECT_TRUE(re_rows.calibrated);
+  EXPECT_NE(why.find("no batched (4- and 8-sequence) attention and MLP decode steps"), std::string::npos) << why;
+  EXPECT_TRUE(re_rows.profile.decode.has_row_rests);
   std::filesystem::remove_all(cache);
   // A GEMM shape outside the fitted set is predicted within a factor of 5 (the CI machine is
   // 2 cores shared by several builds: this catches unit and fitting errors, not noise). Timed
@@ -159,6 +169,15 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   auto v8 = torch::randn({8, 1, 1024}, dt);
   const double gv8 = fastest(9, [&] { (void)ac::model::apply_linear(v8, W); });
   expect_within(decode_step_seconds(h, "gemv", {}, {{640, 1024, 8}}, eb), gv8, 4.0);
+  // Attention and MLP sublayers are stepped over 8 sequences too (quick: every size), each
+  // further row's rest fitted apart, and each such point predicted within 2x.
+  EXPECT_TRUE(h.decode.has_row_rests && back.decode.has_row_rests);
+  EXPECT_DOUBLE_EQ(back.decode.mlp_per_row_ffn, h.decode.mlp_per_row_ffn);
+  int batched = 0;
+  for (const CalibrationPoint& p : r.points)
+    if ((p.kind == "attention_decode" || p.kind == "mlp_decode") && p.shape.find(" x8 sequences") != std::string::npos)
+      ++batched, expect_within(p.predicted_s, p.seconds, 2.0);
+  EXPECT_EQ(batched, 4 + 3);
   // Whole-model prefills are timed and their rest fitted against local-eager's prediction:
   // each model_prefill point's prediction (the rest included) is within 2x of its time.
   ASSERT_TRUE(h.prefill.measured);
@@ -313,6 +332,49 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
     w.concurrency = b;
     EXPECT_NEAR(predict(mixed, hk, eager, w).tpot_s - predict(mixed, flat, eager, w).tpot_s,
                 2 * (4e-5 - 3.1e-5) + (6e-5 - 3.1e-5), 1e-12) << b;
+  }
+  // Each further row's attention and MLP rest: all five or none (one alone is refused, naming
+  // the first missing), read and written back.
+  EXPECT_FALSE(hk.decode.has_row_rests);
+  nlohmann::json row_rests = kinds;
+  row_rests["decode_step"]["attn_per_row_s"] = 0;
+  try {
+    (void)hardware_from_json(row_rests, "x.json");
+    ADD_FAILURE() << "a further-row term without the others was accepted";
+  } catch (const ac::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("decode_step.attn_per_row_kv_s"), std::string::npos) << e.what();
+  }
+  // The one-row rest's variable terms again and no fixed term per row: what a profile without
+  // them charges, at every batch.
+  row_rests["decode_step"]["attn_per_row_kv_s"] = 2e-10, row_rests["decode_step"]["attn_per_row_q_s"] = 7e-10;
+  row_rests["decode_step"]["mlp_per_row_s"] = 0, row_rests["decode_step"]["mlp_per_row_ffn_s"] = 9e-9;
+  const HardwareProfile same = hardware_from_json(row_rests, "x.json");
+  EXPECT_TRUE(same.decode.has_row_rests);
+  EXPECT_EQ(hardware_to_json(same)["decode_step"], row_rests["decode_step"]);
+  ac::model::ArchSpec dense = tiny;
+  ac::model::LayerSpec block = l;
+  block.attention = ac::model::AttentionSpec{4, 2, 64};
+  dense.layers = {block, block};
+  for (int64_t b : {1, 4, 8}) {
+    w.concurrency = b;
+    EXPECT_NEAR(predict(dense, same, eager, w).tpot_s, predict(dense, hk, eager, w).tpot_s, 1e-12) << b;
+  }
+  // Each further row costs its own fixed terms (two layers of attention and MLP, B - 1 rows) and
+  // nothing at B = 1; a row's variable terms are its own (0 here: cheaper than charging the
+  // one-row ones again).
+  const nlohmann::json fixed_rows = with_field(row_rests, "attn_per_row_s", 5e-6).first;
+  const HardwareProfile hb = with_field(fixed_rows, "mlp_per_row_s", 2e-6).second;
+  HardwareProfile flat_rows = hb;
+  flat_rows.decode.attn_per_row_kv = flat_rows.decode.attn_per_row_q = flat_rows.decode.mlp_per_row_ffn = 0;
+  for (int64_t b : {1, 4, 8}) {
+    w.concurrency = b;
+    EXPECT_NEAR(predict(dense, hb, eager, w).tpot_s - predict(dense, same, eager, w).tpot_s, 2.0 * (b - 1) * (5e-6 + 2e-6),
+                1e-12) << b;
+    if (b == 1) {
+      EXPECT_NEAR(predict(dense, flat_rows, eager, w).tpot_s, predict(dense, hb, eager, w).tpot_s, 1e-12);
+    } else {
+      EXPECT_LT(predict(dense, flat_rows, eager, w).tpot_s, predict(dense, hb, eager, w).tpot_s - 1e-6) << b;
+    }
   }
   layered["decode_step"]["model_per_layer_s"] = -1;
   EXPECT_THROW(hardware_from_json(layered, "x.json"), ac::InputError);
