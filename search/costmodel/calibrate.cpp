@@ -83,7 +83,8 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
     t += c.attn_fixed * f[0] + c.attn_per_kv * f[1] + c.attn_per_q * f[2] +
          (f.size() > 3 ? c.attn_per_row * f[3] + c.row_per_kv() * f[4] + c.row_per_q() * f[5] : 0.0);
   if (kind == "mlp_decode")
-    t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1] + (f.size() > 2 ? c.mlp_per_row * f[2] + c.row_per_ffn() * f[3] : 0.0);
+    t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1] +
+         (f.size() > 2 ? c.mlp_per_row * f[2] + c.row_per_ffn() * f[3] : 0.0);
   if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
   if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
   return t;
@@ -255,16 +256,13 @@ model::LayerCache copy_cache(const model::LayerCache& c) {
   return r;
 }
 
-// Decode steps (CPU): one-row GEMMs, then the model's own DecoderLayer at chosen sizes (one
-// layer with one sublayer, no architecture), a decode step of one token timed whole. Its
-// GEMMs are charged by the one-row GEMM line fitted here, the rest (norm, residual, casts,
-// RoPE, cache append, GQA expansion, scores, routing, dispatch) is fitted per sublayer kind
-// (HardwareProfile::DecodeStepCost).
-void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOptions& opt, torch::Dtype dt, double eb,
-                          double pool_bytes, const Stopwatch& clock, std::vector<CalibrationPoint>& points) {
-  auto add = [&](const std::string& kind, const std::string& shape, double flops, double bytes, double s) {
-    add_point(points, kind, shape, flops, bytes, s);
-  };
+// Decode steps (CPU): the one-row GEMM line (measure_gemvs), then the model's own DecoderLayer
+// at chosen sizes (one layer with one sublayer, no architecture), a decode step timed whole
+// (layer_steps, time_layer_steps). Its GEMMs are charged by the GEMM line fitted here, the rest
+// (norm, residual, casts, RoPE, cache append, GQA expansion, scores, routing, dispatch) is
+// fitted per sublayer kind, first row and further rows (HardwareProfile::DecodeStepCost).
+void measure_gemvs(const CalibrationOptions& o, const torch::TensorOptions& opt, double eb, double pool_bytes,
+                   const Stopwatch& clock, std::vector<CalibrationPoint>& points) {
   // One-row GEMMs [1, in] x [out, in]^T, cold: each call on another weight of a 64 MiB pool.
   const std::vector<std::pair<int64_t, int64_t>> shapes =
       o.quick ? std::vector<std::pair<int64_t, int64_t>>{{160, 224}, {1408, 320}, {320, 1408}, {2560, 576}, {96, 480}}
@@ -282,27 +280,30 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
     if (i % 2 == 0) rows.insert(rows.end(), more_rows.begin(), more_rows.end());
     for (int64_t m : rows) {
       const double s = time_linear(torch::randn({m, 1, in}, opt), pool, o.min_seconds, clock);
-      add("gemv", std::to_string(m) + " x " + std::to_string(in) + " -> " + std::to_string(out), 2.0 * double(m * out * in),
-          eb * double(out * in + m * (out + in)), s);
+      add_point(points, "gemv", std::to_string(m) + " x " + std::to_string(in) + " -> " + std::to_string(out),
+                2.0 * double(m * out * in), eb * double(out * in + m * (out + in)), s);
       points.back().rows = double(m);
       points.back().features = gemv_features(double(out), double(in), double(m), eb);
       points.back().gemms = {{double(out), double(in), double(m)}};
     }
   }
-  model::TpGroup tp{dist::make_self_communicator()};
-  // kind, hidden, the layer, the cached tokens before the step, features, the GEMMs it runs, and
-  // the sequences it steps (one row each).
-  struct Step {
-    const char* kind;
-    int64_t h;
-    model::LayerSpec layer;
-    int64_t past;
-    std::vector<double> features;
-    std::vector<std::array<double, 3>> gemms;
-    int64_t rows = 1;
-    bool same_layer = false;  // the previous step's layer over other rows: its pool is kept
-  };
-  std::vector<Step> steps;
+}
+
+// One sublayer's decode step to time: kind, hidden, the layer, the cached tokens before the
+// step, features, the GEMMs it runs, and the sequences it steps (one row each).
+struct LayerStep {
+  const char* kind;
+  int64_t h;
+  model::LayerSpec layer;
+  int64_t past;
+  std::vector<double> features;
+  std::vector<std::array<double, 3>> gemms;
+  int64_t rows = 1;
+  bool same_layer = false;  // the previous step's layer over other rows: its pool is kept
+};
+
+std::vector<LayerStep> layer_steps(const CalibrationOptions& o) {
+  std::vector<LayerStep> steps;
   auto mlp_gemms = [](double mats, double ffn, double w, double rows = 1.0) {
     std::vector<std::array<double, 3>> g(size_t(mats - 1), {ffn, w, rows});
     g.push_back({w, ffn, rows});
@@ -371,11 +372,18 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
                      {{2.0 * di + 2.0 * double(G * N) + double(H), hd, 1}, {hd, di, 1}}});
     if (o.quick) break;
   }
-  // Weights cold, as in a model's decode step (the other layers' weights pass through the
-  // caches in between) while the code and the allocator stay warm: each size is a pool of
-  // copies of the layer holding > 40 MiB of weights, the steps go round the pool.
+  return steps;
+}
+
+// Each step's time: weights cold, as in a model's decode step (the other layers' weights pass
+// through the caches in between) while the code and the allocator stay warm. Each size is a pool
+// of copies of the layer holding > 40 MiB of weights (16 quick), the steps go round the pool, and
+// the median of `rounds` rounds' medians is kept.
+std::vector<double> time_layer_steps(const std::vector<LayerStep>& steps, const CalibrationOptions& o,
+                                     const torch::TensorOptions& opt, torch::Dtype dt, const Stopwatch& clock) {
+  model::TpGroup tp{dist::make_self_communicator()};
   const int rounds = o.quick || o.passes > 1 ? 1 : 3;  // passes repeat it too
-  std::vector<std::vector<double>> ts(steps.size());
+  std::vector<double> out;
   std::vector<model::DecoderLayer> pool;
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& st = steps[i];
@@ -396,6 +404,7 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
     for (size_t k = 1; k < pool.size(); ++k) caches[k] = copy_cache(caches[0]);
     auto x1 = torch::randn({st.rows, 1, st.h}, opt);
     const size_t reps = std::max<size_t>(o.quick ? 9 : 21, pool.size());
+    std::vector<double> rounds_s;
     for (int round = 0; round < rounds; ++round) {
       std::vector<double> t;
       for (size_t rep = 0; rep <= reps; ++rep) {
@@ -405,9 +414,18 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
         (void)pool[k]->forward(x1, st.past, &c);
         if (rep > 0) t.push_back(clock.now() - a);
       }
-      ts[i].push_back(median(t));
+      rounds_s.push_back(median(t));
     }
+    out.push_back(median(rounds_s));
   }
+  return out;
+}
+
+void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOptions& opt, torch::Dtype dt, double eb,
+                          double pool_bytes, const Stopwatch& clock, std::vector<CalibrationPoint>& points) {
+  measure_gemvs(o, opt, eb, pool_bytes, clock, points);
+  const std::vector<LayerStep> steps = layer_steps(o);
+  const std::vector<double> seconds = time_layer_steps(steps, o, opt, dt, clock);
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto& st = steps[i];
     std::string shape = "layer h" + std::to_string(st.h) + " step after " + std::to_string(st.past) + " tokens";
@@ -417,7 +435,7 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
     if (st.layer.mlp) shape += " ffn " + std::to_string(st.layer.mlp->ffn_size);
     if (st.layer.moe) shape += " experts " + std::to_string(st.layer.moe->top_k) + "/" + std::to_string(st.layer.moe->num_experts);
     if (st.layer.mamba) shape += " mamba heads " + std::to_string(st.layer.mamba->num_heads);
-    add(st.kind, shape, 0, 0, std::max(1e-7, median(ts[i])));
+    add_point(points, st.kind, shape, 0, 0, std::max(1e-7, seconds[i]));
     points.back().features = st.features;
     points.back().gemms = st.gemms;
   }
@@ -681,12 +699,14 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
       x.push_back(mamba ? std::vector<double>{1.0} : std::vector<double>(at, at + long(count)));
       y.push_back(p.seconds);
       std::vector<double> known = mamba ? std::vector<double>{} : p.features;
-      std::fill(known.begin() + long(std::min(first, known.size())), known.begin() + long(std::min(first + count, known.size())), 0.0);
-      off.push_back(decode_step_seconds(h, p.kind, known, p.gemms, eb) + (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
+      for (size_t i = first; i < first + count && i < known.size(); ++i) known[i] = 0;
+      off.push_back(decode_step_seconds(h, p.kind, known, p.gemms, eb) +
+                    (mamba ? mamba_mixer_seconds(h, true, p.features) : 0.0));
     }
     return x.empty() ? std::vector<double>{} : fit_nonneg(x, y, off);
   };
-  if (auto f = fit_rest("attention_decode", false, 0, 3); !f.empty()) d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
+  if (auto f = fit_rest("attention_decode", false, 0, 3); !f.empty())
+    d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
   if (auto f = fit_rest("mlp_decode", false, 0, 2); !f.empty()) d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
   if (auto f = fit_rest("moe_decode", false, 0, 2); !f.empty()) d.moe_fixed = f[0], d.moe_per_expert = f[1];
   if (auto f = fit_rest("mamba_decode", false, 0, 1); !f.empty()) d.mamba_fixed = f[0];
