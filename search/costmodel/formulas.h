@@ -277,15 +277,14 @@ class Evaluator {
   // A GEMM of a [out, in] weight over `rows` rows on a profile with a measured decode step
   // (HardwareProfile::DecodeStepCost): the one-row GEMM streams the weight at its own rate; each
   // further row (a batched decode, an expert's tokens) adds its own measured cost per output and
-  // per multiply-add, not another one-row GEMM's. A one-row GEMM's weight bytes also cost the
-  // whole cold step's model_per_weight_byte beyond the pooled GEMMs' rate (measured on one-row
-  // steps; a batched step's GEMMs did not show it: docs/costmodel.md "The cold step per layer kind").
+  // per multiply-add, not another one-row GEMM's. Its weight bytes also cost the whole cold
+  // step's model_per_weight_byte beyond the pooled GEMMs' rate (fitted on one-row model steps,
+  // charged at any rows: docs/costmodel.md "Each further row of a batched step").
   template <typename A, typename B, typename R>
   auto gemv(const A& out, const B& in, const R& rows) const {
     const auto& c = hw_.decode;
     const R extra = O::maximum(rows - 1.0, 0.0);
-    const R one_row = O::maximum(1.0 - extra, 0.0);
-    return out * in * (g_.wbytes * (c.gemv_per_byte + one_row * c.model_per_weight_byte)) +
+    return out * in * (g_.wbytes * (c.gemv_per_byte + c.model_per_weight_byte)) +
            (in + out) * (rows * g_.abytes * c.gemv_per_byte) + out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) +
            out * in * (extra * c.gemv_per_row_mac) + c.gemv_fixed;
   }

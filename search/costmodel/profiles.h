@@ -82,9 +82,9 @@ struct HardwareProfile {
   //   cache and activations from memory). That rest per sublayer is model_per_layer for
   //   attention and MLP sublayers, model_per_moe_layer for MoE and model_per_mamba_layer for
   //   Mamba ones (fitted on one- and two-block models of each family), plus
-  //   model_per_weight_byte on every weight byte a one-row GEMM reads (a whole cold step reads
-  //   its weights slower than the pooled GEMMs: ~25% on the Zen 4 VM; not seen in batched
-  //   steps, docs/costmodel.md "The cold step per layer kind").
+  //   model_per_weight_byte on every weight byte a GEMM reads (a whole cold step reads its
+  //   weights slower than the pooled GEMMs: ~25% on the Zen 4 VM; fitted on one-row steps,
+  //   charged at any rows: docs/costmodel.md "Each further row of a batched step").
   //   `has_model_fixed` / `has_model_per_layer` / `has_model_kinds`: measured; profiles from
   //   before charge 0 and are recalibrated when cached.
   struct DecodeStepCost {
