@@ -782,20 +782,31 @@ void check_options(const CalibrationOptions& o) {
 }
 
 // GEMMs: decode-like (few rows, memory bound) to prefill-like (many rows, compute bound), as a
-// model runs them (weight_pool / time_linear: cold `x W^T`).
+// model runs them (weight_pool / time_linear: cold `x W^T`): square weights, and the narrow and
+// rectangular ones of small models' experts, Mamba projections and MLPs (32-512 rows: a prefill's
+// tokens, an expert's share of them). Shape "rows x in x out"; features: the GEMM line's
+// {1, weight bytes, FLOPs} (HardwareProfile::GemmLine).
 void measure_gemms(const Bench& b, std::vector<CalibrationPoint>& points) {
   const CalibrationOptions& o = b.o;
   const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 16, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048};
-  for (int64_t n : widths) {
-    const std::vector<torch::Tensor> pool = weight_pool(n, n, b.opt, b.pool_bytes);
-    for (int64_t m : rows) {
-      const double s = time_linear(torch::randn({m, n}, b.opt), pool, o.min_seconds, b.clock);
-      add_point(points, "gemm", std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(n), 2.0 * m * n * n,
-                b.eb * double(m * n + n * n + m * n), s);
+  // {in, out} of the rectangular weights, each at these rows
+  const std::vector<std::array<int64_t, 2>> rect = o.quick ? std::vector<std::array<int64_t, 2>>{{256, 128}, {256, 768}}
+                                                           : std::vector<std::array<int64_t, 2>>{{256, 128}, {128, 512}, {256, 768}, {384, 1536}};
+  const std::vector<int64_t> rect_rows = o.quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 128, 512};
+  auto measure = [&](int64_t in, int64_t out, const std::vector<int64_t>& at) {
+    const std::vector<torch::Tensor> pool = weight_pool(out, in, b.opt, b.pool_bytes);
+    for (int64_t m : at) {
+      const double s = time_linear(torch::randn({m, in}, b.opt), pool, o.min_seconds, b.clock);
+      const double flops = 2.0 * double(m * in * out);
+      add_point(points, "gemm", std::to_string(m) + "x" + std::to_string(in) + "x" + std::to_string(out), flops,
+                b.eb * double(m * in + in * out + m * out), s);
       points.back().rows = double(m);
+      points.back().features = {1.0, b.eb * double(in * out), flops};
     }
-  }
+  };
+  for (int64_t n : widths) measure(n, n, rows);
+  for (const auto& [in, out] : rect) measure(in, out, rect_rows);
 }
 
 // Causal attention by the model's own core (model::attention_core: the fused SDPA kernel on
@@ -1044,6 +1055,25 @@ void fit_roofline(HardwareProfile& h, const std::vector<CalibrationPoint>& point
   fit_attention(h, points, overhead);
 }
 
+// The GEMM line (HardwareProfile::GemmLine), CPU profiles: fixed + per weight byte + per FLOP
+// on the GEMMs of more than 16 rows (the BLAS path of apply_linear in every dtype; fp32 runs
+// 2-16 rows through small_linear and one row through a matrix-vector product).
+void fit_gemm_line(HardwareProfile& h, const std::vector<CalibrationPoint>& points) {
+  std::vector<std::vector<double>> X;
+  std::vector<double> t;
+  for (const auto& p : points)
+    if (p.kind == "gemm" && p.rows > 16 && p.features.size() == 3) X.push_back(p.features), t.push_back(p.seconds);
+  if (X.size() < 3) return;
+  const std::vector<double> c = fit_nonneg(X, t);
+  if (!(c[1] + c[2] > 0)) return;
+  h.gemm_line = {true, c[0], c[1], c[2]};
+}
+
+double gemm_line_seconds(const HardwareProfile& h, const std::vector<double>& f) {
+  const auto& c = h.gemm_line;
+  return c.fixed * f.at(0) + c.per_weight_byte * f.at(1) + c.per_flop * f.at(2);
+}
+
 void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& points) {
   for (const char* kind : {"mamba_prefill", "mamba_step"}) {
     std::vector<std::vector<double>> X;
@@ -1066,6 +1096,7 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
   for (auto& p : points) {
     p.predicted_s = p.kind == "model_prefill"   ? model_prefill_seconds(h, engine, p.features)
                     : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features)
+                    : p.kind == "gemm" && h.gemm_line.measured && p.features.size() == 3 ? gemm_line_seconds(h, p.features)
                     : p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
@@ -1159,6 +1190,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   describe_profile(h, o);
   h.kernel_overhead_s = overhead;
   fit_roofline(h, r.points, overhead);
+  if (o.device == "cpu") fit_gemm_line(h, r.points);
   fit_mamba_mixers(h, r.points);
   fit_decode_steps(h, r.points, b.eb);
   // Last: the whole-model steps' and prefills' rests are what the fitted profile above leaves over.

@@ -155,16 +155,39 @@ class Evaluator {
     X tm = (bytes + hw_.memory.half) / (hw_.memory_bandwidth * hw_.memory.max);
     return O::maximum(tc, tm) + hw_.kernel_overhead_s;
   }
-  // A GEMM of `rows` rows (tokens): below gemm_rows_half rows the compute rate falls as
-  // rows / (rows + gemm_rows_half) (matrix-vector products reuse each loaded weight for
-  // fewer rows; 0 on the GPU profiles).
+  // A GEMM of `rows` rows (tokens). With a measured GEMM line (CPU profiles): its fixed cost,
+  // the weight's bytes and the FLOPs, each at its measured rate (HardwareProfile::GemmLine).
+  // Else the roofline: below gemm_rows_half rows the compute rate falls as rows / (rows +
+  // gemm_rows_half) (matrix-vector products reuse each loaded weight for fewer rows; 0 on the
+  // GPU profiles).
   T gemm(const T& tokens_in_out_flops, const T& weight_elems, const T& act_elems, const T& rows) const {
+    if (hw_.gemm_line.measured) return gemm_line<T>(tokens_in_out_flops, weight_elems, one());
     return op_time<T>(tokens_in_out_flops * (1.0 + hw_.gemm_rows_half / rows),
                       weight_elems * g_.wbytes + act_elems * g_.abytes, hw_.gemm, one());
   }
+  // `calls` GEMMs of `weight_elems` weights in all on the measured GEMM line.
+  template <typename X>
+  X gemm_line(const X& flops, const X& weight_elems, const X& calls) const {
+    const auto& c = hw_.gemm_line;
+    return flops * c.per_flop + weight_elems * (g_.wbytes * c.per_weight_byte) + calls * c.fixed;
+  }
   // Fixed cost of one more GEMM call (an engine that runs q/k/v, gate/up, experts' matrices
   // as separate GEMMs pays it per extra call).
-  double gemm_call_s() const { return hw_.gemm.half / (hw_.peak_flops * hw_.gemm.max) + hw_.kernel_overhead_s; }
+  double gemm_call_s() const {
+    if (hw_.gemm_line.measured) return hw_.gemm_line.fixed;
+    return hw_.gemm.half / (hw_.peak_flops * hw_.gemm.max) + hw_.kernel_overhead_s;
+  }
+  // The routed experts of a MoE layer over N tokens: a GEMM per expert touched, each on its
+  // tokens (with a GEMM line: each pays the fixed cost and its weight's pass; on the roofline
+  // a grouped GEMM whose groups each pay the small-size penalty).
+  T routed_experts(const T& N, const T& touched, const T& expert_w) const {
+    const auto& d = d_;
+    const T flops = 2.0 * N * d.top_k * expert_w;
+    if (hw_.gemm_line.measured) return gemm_line<T>(flops, touched * expert_w, touched);
+    const T bytes = touched * expert_w * g_.wbytes + N * d.top_k * (2.0 * d.moe_width + d.expert_ffn * d.moe_mats) * g_.abytes;
+    return op_time<T>(flops * (1.0 + hw_.gemm_rows_half * O::maximum(touched, 1.0) / O::maximum(N * d.top_k, 1.0)), bytes,
+                      hw_.gemm, O::maximum(touched, 1.0));
+  }
   // Elementwise operators (norms, gating): memory time only.
   template <typename X>
   X mem_time(const X& bytes) const {
@@ -247,17 +270,12 @@ class Evaluator {
     // MoE: router, latent projections, shared expert, routed experts as a grouped GEMM over
     // the experts this many tokens touch: E (1 - (1 - k/E)^n) under uniform routing.
     T touched = experts_touched(d.experts, d.top_k, n);
-    T expert_w = d.moe_mats * d.moe_width * d.expert_ffn;
-    T routed_flops = 2.0 * N * d.top_k * expert_w;
-    T routed_bytes = touched * expert_w * g_.wbytes + N * d.top_k * (2.0 * d.moe_width + d.expert_ffn * d.moe_mats) * g_.abytes;
     T moe = gemm(2.0 * N * h * d.experts, h * d.experts, N * (h + d.experts), N) +
             (d.latent / O::maximum(d.latent, 1.0)) * gemm(4.0 * N * h * d.latent, 2.0 * h * d.latent, 2.0 * N * (h + d.latent), N) +
             (d.shared_ffn / O::maximum(d.shared_ffn, 1.0)) *
                 gemm(2.0 * N * h * d.shared_ffn * d.moe_mats, h * d.shared_ffn * d.moe_mats,
                      N * (2.0 * h + d.shared_ffn * d.moe_mats), N) +
-            op_time<T>(routed_flops * (1.0 + hw_.gemm_rows_half * O::maximum(touched, 1.0) / O::maximum(N * d.top_k, 1.0)),
-                       routed_bytes, hw_.gemm, O::maximum(touched, 1.0)) +
-            mem_op(2.0 * N * h);
+            routed_experts(N, touched, d.moe_mats * d.moe_width * d.expert_ffn) + mem_op(2.0 * N * h);
     T total = d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
     // Framework operators an eager engine dispatches besides the modelled ones (engine
     // extra_ops, each at the hardware's per-operator overhead).
@@ -375,6 +393,8 @@ class Evaluator {
     S r = mem_time<S>(2.0 * n * h * g_.abytes) + mem_time<S>(2.0 * n * h * g_.abytes * e_.elementwise_traffic);
     if (with_head && decode && hw_.decode.measured)  // the decode GEMM line, as measured
       r = r + gemv(V, h, rows);
+    else if (with_head && hw_.gemm_line.measured)
+      r = r + gemm_line<S>(2.0 * rows * h * V, h * V, O::scalar(1.0, d_.attn_keep));
     else if (with_head) r = r + t(2.0 * rows * h * V * (1.0 + hw_.gemm_rows_half / rows), rows * (h * g_.abytes + V * 4.0) + h * V * g_.wbytes, hw_.gemm);
     return r + e_.extra_ops.model * hw_.kernel_overhead_s;
   }

@@ -105,6 +105,8 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
     return "profile '" + hw.id + "' has no batched (4- and 8-sequence) attention and MLP decode steps measured";
   if (hw.decode.measured && !hw.prefill.measured)  // cached before whole model prefills were timed
     return "profile '" + hw.id + "' has no cold model prefill measured";
+  if (hw.decode.measured && !hw.gemm_line.measured)  // cached before the GEMM line was fitted
+    return "profile '" + hw.id + "' has no measured GEMM line (fixed, per weight byte, per FLOP)";
   if (const std::string busy = busy_warning(hw, trust.max_other_cores); !busy.empty()) {
     const double now = dist::measure_other_cores(0.5);
     if (now >= 0 && now <= trust.max_other_cores) return busy + "; the machine is quiet now";

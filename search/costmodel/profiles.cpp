@@ -177,6 +177,10 @@ bool decode_field_written(const HardwareProfile::DecodeStepCost& c, const std::s
   if (row_rest_field(name)) return c.has_row_rests;
   return !optional_decode_field(name) || c.batched;
 }
+// The gemm_line block's JSON fields (HardwareProfile::GemmLine), in file order.
+std::vector<std::pair<const char*, double*>> gemm_line_fields(HardwareProfile::GemmLine& c) {
+  return {{"fixed_s", &c.fixed}, {"per_weight_byte_s", &c.per_weight_byte}, {"per_flop_s", &c.per_flop}};
+}
 // The prefill_step block's JSON fields (HardwareProfile::PrefillStepCost), in file order.
 std::vector<std::pair<const char*, double*>> prefill_step_fields(HardwareProfile::PrefillStepCost& c) {
   return {{"model_fixed_s", &c.model_fixed}, {"model_per_element_s", &c.model_per_element}};
@@ -227,6 +231,12 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   h.scan = curve(f, eff, "scan");
   h.memory = curve(f, eff, "memory");
   h.elementwise = eff.contains("elementwise") ? curve(f, eff, "elementwise") : h.memory;
+  if (f.has("gemm_line")) {
+    auto& c = h.gemm_line;
+    read_cost_block(f, j, "gemm_line", "measured GEMM line", gemm_line_fields(c));
+    if (!(c.per_weight_byte + c.per_flop > 0)) f.fail("gemm_line.per_flop_s", "the per-byte and per-FLOP terms are both 0");
+    c.measured = true;
+  }
   if (f.has("mamba")) {
     auto& c = h.mamba;
     read_cost_block(f, j, "mamba", "measured Mamba mixer costs",
@@ -359,6 +369,12 @@ json hardware_to_json(const HardwareProfile& h) {
                   {"step_per_state_s", h.mamba.step_per_state},
                   {"step_per_lin_s", h.mamba.step_per_lin},
                   {"step_fixed_s", h.mamba.step_fixed}};
+  if (h.gemm_line.measured) {
+    auto c = h.gemm_line;
+    json x = json::object();
+    for (const auto& [name, ptr] : gemm_line_fields(c)) x[name] = *ptr;
+    j["gemm_line"] = x;
+  }
   if (h.decode.measured) {
     auto c = h.decode;
     json x = json::object();

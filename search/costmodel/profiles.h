@@ -42,6 +42,19 @@ struct HardwareProfile {
   // Elementwise arithmetic (norms, gates, residual adds) as a fraction of memory_bandwidth;
   // profiles without it use the memory curve.
   EfficiencyCurve elementwise;
+  // Measured line of the BLAS GEMM (y = x W^T, W [out, in]) an eager CPU model runs for
+  // projections and experts, CPU profiles only (absent on fused-kernel devices: they use the
+  // `gemm` curve and gemm_rows_half). Fitted by `cost calibrate` on GEMMs of 32-2048 rows with
+  // weights of 128 x 256 to 2048 x 2048 (docs/costmodel.md "The GEMM line"):
+  //   fixed + per_weight_byte x weight bytes (the weight's pass: packing, streaming)
+  //         + per_flop x 2 rows in out
+  // Each GEMM call pays `fixed` (an engine that splits projections pays it per matrix, a MoE per
+  // matrix of every expert its tokens touch). The one-row GEMMs of a decode step have their own
+  // line (DecodeStepCost).
+  struct GemmLine {
+    bool measured = false;
+    double fixed = 0, per_weight_byte = 0, per_flop = 0;
+  } gemm_line;
   // Measured cost of an eager Mamba-2 mixer (model::Mamba2) without its two projections (those
   // are GEMMs on the gemm curve): conv, SiLU, dt/A, the SSD scan, the gated norm, the casts and
   // copies, dispatch included. Fitted by `cost calibrate` on the mixer itself at chosen sizes;

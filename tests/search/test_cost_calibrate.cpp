@@ -103,6 +103,14 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_TRUE(re_rows.calibrated);
   EXPECT_NE(why.find("no batched (4- and 8-sequence) attention and MLP decode steps"), std::string::npos) << why;
   EXPECT_TRUE(re_rows.profile.decode.has_row_rests);
+  // So is one cached before the GEMM line was fitted (its prefills priced by the roofline).
+  nlohmann::json no_line = r.to_json();
+  no_line.erase("gemm_line");
+  std::ofstream(path) << no_line.dump();
+  const LocalProfile re_line = local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
+  EXPECT_TRUE(re_line.calibrated);
+  EXPECT_NE(why.find("no measured GEMM line"), std::string::npos) << why;
+  EXPECT_TRUE(re_line.profile.gemm_line.measured);
   std::filesystem::remove_all(cache);
   // A GEMM shape outside the fitted set is predicted within a factor of 5 (the CI machine is
   // 2 cores shared by several builds: this catches unit and fitting errors, not noise). Timed
@@ -128,6 +136,22 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   const double s = fastest(7, [&] { (void)torch::matmul(a, b); });
   const double pred = roofline_seconds(h, "gemm", 2.0 * 256 * 1536 * 1536, eb * (2 * 256 * 1536 + 1536 * 1536));
   expect_within(pred, s, 5.0);
+  // The GEMM line is fitted on the GEMMs of more than 16 rows (square and rectangular weights),
+  // written and read back, and predicts an expert-sized GEMM it was not fitted on (48 rows of a
+  // [192, 320] weight, as the model calls it) within 3x; each of its own points within 2x.
+  ASSERT_TRUE(h.gemm_line.measured);
+  EXPECT_TRUE(back.gemm_line.measured);
+  EXPECT_DOUBLE_EQ(back.gemm_line.per_flop, h.gemm_line.per_flop);
+  EXPECT_DOUBLE_EQ(back.gemm_line.fixed, h.gemm_line.fixed);
+  int lined = 0;
+  for (const CalibrationPoint& p : r.points)
+    if (p.kind == "gemm" && p.rows > 16) ++lined, expect_within(p.predicted_s, p.seconds, 2.0);
+  EXPECT_EQ(lined, 2 * 2 + 2 * 2);  // quick: 2 square widths at 64 and 512 rows, 2 rectangles at 32 and 128
+  auto xe = torch::randn({48, 320}, dt), we = torch::randn({192, 320}, dt);
+  (void)ac::model::apply_linear(xe, we);
+  const double ge = fastest(9, [&] { (void)ac::model::apply_linear(xe, we); });
+  const auto& gl = h.gemm_line;
+  expect_within(gl.fixed + gl.per_weight_byte * eb * 192 * 320 + gl.per_flop * 2.0 * 48 * 320 * 192, ge, 3.0);
   // The Mamba mixer cost is measured on the model's own mixer, written and read back, and
   // predicts a mixer size it was not fitted on (prefill of 256 tokens, projections on the
   // gemm fit) within a factor of 10: two fresh-clone CI runs in the nineteenth session (ctest -j
@@ -417,6 +441,51 @@ TEST(CostCalibrate, PrefillStepCostFieldsAreChecked) {
     EXPECT_DOUBLE_EQ(predict(spec, h, eager, w).tpot_s, predict(spec, bare, eager, w).tpot_s);
   }
   expect_block_checked(j, "prefill_step", {"model_fixed_s", "model_per_element_s"});
+}
+
+TEST(CostCalibrate, GemmLineFieldsAreChecked) {
+  nlohmann::json j = hardware_to_json(load_hardware("b200", AC_SOURCE_DIR "/configs"));
+  const HardwareProfile bare = hardware_from_json(j, "b200.json");
+  EXPECT_FALSE(bare.gemm_line.measured);  // GPU profiles: the gemm curve
+  EXPECT_FALSE(hardware_to_json(bare).contains("gemm_line"));
+  j["gemm_line"] = {{"fixed_s", 2e-5}, {"per_weight_byte_s", 1e-10}, {"per_flop_s", 5e-12}};
+  const HardwareProfile h = hardware_from_json(j, "x.json");
+  ASSERT_TRUE(h.gemm_line.measured);
+  EXPECT_DOUBLE_EQ(h.gemm_line.per_weight_byte, 1e-10);
+  EXPECT_EQ(hardware_to_json(h)["gemm_line"], j["gemm_line"]);
+  // Every GEMM call of a prefill pays the fixed cost once: a SwiGLU MLP layer three (gate, up,
+  // down: local-eager splits projections), a MoE layer its router and two matrices (ReLU2) of
+  // every expert its tokens touch, and the prefill's LM head (the last token) one. The FLOPs and
+  // the weights' bytes are charged at their rates.
+  ac::model::ArchSpec spec;
+  spec.hidden_size = 256, spec.vocab_size = 4096, spec.dtype = "bfloat16";
+  ac::model::LayerSpec mlp, moe;
+  mlp.mlp = ac::model::MlpSpec{768, ac::model::MlpActivation::SwiGLU};
+  ac::model::MoeSpec e;
+  e.num_experts = 8, e.top_k = 2, e.expert_ffn = 128, e.shared_ffn = 0;
+  e.router = ac::model::RouterKind::SigmoidBias, e.activation = ac::model::MlpActivation::ReLU2;
+  moe.moe = e;
+  spec.layers = {mlp, moe};
+  Workload w;
+  w.id = "w", w.prompt_tokens = 4, w.output_tokens = 8, w.context_tokens = 12, w.concurrency = 1;
+  EngineProfile eager = load_engine("local-eager", AC_SOURCE_DIR "/configs");
+  eager.max_num_seqs = 1;
+  auto ttft = [&](double fixed, double per_byte, double per_flop) {
+    HardwareProfile x = h;
+    x.gemm_line = {true, fixed, per_byte, per_flop};
+    return predict(spec, x, eager, w).ttft_s;
+  };
+  const double base = ttft(2e-5, 1e-10, 5e-12), N = 4, touched = 8 * (1 - std::pow(1 - 2.0 / 8, N));
+  EXPECT_NEAR(ttft(3e-5, 1e-10, 5e-12) - base, 1e-5 * (3 + 1 + 2 * touched + 1), 1e-12);
+  const double weights = 3 * 256 * 768 + 256 * 8 + touched * 2 * 256 * 128 + 256 * 4096.0;
+  EXPECT_NEAR(ttft(2e-5, 2e-10, 5e-12) - base, 1e-10 * 2 * weights, 1e-12);  // bf16: 2 bytes per weight
+  const double flops = 2 * N * (3 * 256 * 768 + 256 * 8 + 2 * 2 * 256 * 128) + 2 * 256 * 4096.0;
+  EXPECT_NEAR(ttft(2e-5, 1e-10, 6e-12) - base, 1e-12 * flops, 1e-12);
+  // Refused: a term missing, negative or unknown (named), and a line with neither rate.
+  expect_block_checked(j, "gemm_line", {"fixed_s", "per_weight_byte_s", "per_flop_s"});
+  auto flat = j;
+  flat["gemm_line"]["per_weight_byte_s"] = 0, flat["gemm_line"]["per_flop_s"] = 0;
+  EXPECT_THROW(hardware_from_json(flat, "x.json"), ac::InputError);
 }
 
 TEST(CostCalibrate, FastestPassKeepsEachPointsFastestTime) {
