@@ -48,9 +48,9 @@ double roofline_seconds(const HardwareProfile& hw, const std::string& kind, doub
   return std::max(tc, tm) + hw.kernel_overhead_s;
 }
 
-std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double Q) {
+std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double G, double Q) {
   const double lp = b * std::ceil(s / Q) * Q;  // tokens padded to whole chunks
-  return {2.0 * lp * H * (Q * (N + P) + 2.0 * P * N), lp * Q * H, lp * H * (P + N), 1.0};
+  return {2.0 * lp * (Q * (G * N + H * P) + 2.0 * H * P * N), lp * Q * H, lp * (H * P + G * N), 1.0};
 }
 std::vector<double> mamba_step_features(double b, double H, double P, double N) {
   return {b * H * P * N, b * H * (P + N), 1.0};
@@ -913,7 +913,7 @@ void measure_mamba_mixers(const Bench& b, std::vector<CalibrationPoint>& points)
                   (long long)z.P, (long long)z.N, (long long)z.G, (long long)z.Q);
     add_point(points, "mamba_prefill", std::string(shape) + " L" + std::to_string(z.L) + " minus projections", 0, 0,
               std::max(1e-7, median(pre[i])));
-    points.back().features = mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.Q));
+    points.back().features = mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.G), double(z.Q));
     add_point(points, "mamba_step", std::string(shape) + " step minus projections", 0, 0, std::max(1e-7, median(step[i])));
     points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
   }

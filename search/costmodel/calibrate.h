@@ -86,9 +86,10 @@ double median(std::vector<double> v);
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);
 
 // Features of one eager Mamba-2 mixer without its projections (HardwareProfile::MambaMixerCost):
-// prefill {SSD einsum FLOPs, [Q x Q] elements, per-token H (P + N) elements, 1} for b
-// sequences of s tokens; decode step {H P N, H (P + N), 1} per sequence times b (the 1 once).
-std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double Q);
+// prefill {SSD matmul FLOPs, [Q x Q] elements, per-token H P + G N elements, 1} for b
+// sequences of s tokens (the chunked scan keeps B and C per group); decode step {H P N,
+// H (P + N), 1} per sequence times b (the 1 once; the recurrent step expands B and C to heads).
+std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double G, double Q);
 std::vector<double> mamba_step_features(double b, double H, double P, double N);
 // Features of a GEMM of a [out, in] weight over `rows` rows on the decode GEMM line
 // (HardwareProfile::DecodeStepCost): {1, bytes, out, (rows - 1) out, (rows - 1) out in}.

@@ -257,9 +257,10 @@ class Evaluator {
       } else {
         T lp = O::ceil_st(s / d.m_chunk) * d.m_chunk * b;  // tokens padded to whole chunks
         mamba = mamba_base +
-                c.per_flop * 2.0 * lp * d.m_heads *
-                    (d.m_chunk * (d.m_state + d.m_head_dim) + 2.0 * d.m_head_dim * d.m_state) +
-                c.per_quad * lp * d.m_chunk * d.m_heads + c.per_lin * lp * lin + c.fixed;
+                c.per_flop * 2.0 * lp *
+                    (d.m_chunk * (d.m_groups * d.m_state + d.m_heads * d.m_head_dim) + 2.0 * hpn) +
+                c.per_quad * lp * d.m_chunk * d.m_heads +
+                c.per_lin * lp * (d.m_heads * d.m_head_dim + d.m_groups * d.m_state) + c.fixed;
       }
     } else {
       mamba = mamba_base + op_time<T>(scan_flops, scan_bytes, hw_.scan, one()) + mem_op(3.0 * N * m.d_inner);

@@ -56,15 +56,18 @@ struct HardwareProfile {
     double fixed = 0, per_weight_byte = 0, per_flop = 0;
   } gemm_line;
   // Measured cost of an eager Mamba-2 mixer (model::Mamba2) without its two projections (those
-  // are GEMMs on the gemm curve): conv, SiLU, dt/A, the SSD scan, the gated norm, the casts and
+  // are GEMMs: the GEMM line on CPU profiles): conv, SiLU, dt/A, the SSD scan, the gated norm, the casts and
   // copies, dispatch included. Fitted by `cost calibrate` on the mixer itself at chosen sizes;
   // absent (measured = false) on profiles of fused-kernel devices, which use the `scan` curve.
-  // Per layer over b sequences of s tokens, heads H, head dim P, state N, chunk Q, Lp = s
+  // Per layer over b sequences of s tokens, heads H, head dim P, state N, groups G, chunk Q, Lp = s
   // rounded up to whole chunks:
-  //   prefill: per_flop x 2 b Lp H (Q (N + P) + 2 P N)   (the SSD einsums)
-  //          + per_quad x b Lp Q H                       (segsum / decay / score [Q x Q] elements)
-  //          + per_lin x b Lp H (P + N)                  (per-token tensors: conv, casts, expanded B/C, norm)
+  //   prefill: per_flop x 2 b Lp (Q (G N + H P) + 2 H P N)   (the SSD matmuls: C.B^T per group)
+  //          + per_quad x b Lp Q H                            (segsum / decay / score [Q x Q] elements)
+  //          + per_lin x b Lp (H P + G N)                     (per-token tensors: conv, casts, x, y,
+  //                                                            the norm, B/C per group)
   //          + fixed
+  //   (profiles before the twenty-sixth session fitted H (Q (N + P) + 2 P N) and H (P + N):
+  //   B and C as if repeated over heads, which the per-group SSD has not done since 73d889c)
   //   decode step: step_per_state x b H P N + step_per_lin x b H (P + N) + step_fixed
   struct MambaMixerCost {
     bool measured = false;

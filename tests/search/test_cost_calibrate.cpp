@@ -172,7 +172,7 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
     (void)mixer->forward(x, &c);
   });
   const double ms_pred =
-      mamba_mixer_seconds(h, false, mamba_prefill_features(1, T, 8, 48, 32, 64)) +
+      mamba_mixer_seconds(h, false, mamba_prefill_features(1, T, 8, 48, 32, 2, 64)) +
       roofline_seconds(h, "gemm", 2.0 * T * hid * proj, eb * (T * hid + hid * proj + T * proj), T) +
       roofline_seconds(h, "gemm", 2.0 * T * di * hid, eb * (T * di + di * hid + T * hid), T);
   expect_within(ms_pred, ms_meas, 10.0);
