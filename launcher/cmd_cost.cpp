@@ -111,6 +111,9 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
   std::printf("  peak %.1f GFLOP/s, memory %.2f GB/s, attention max %.3f, scan max %.3f; fit MAPE %.1f%%\n",
               r.profile.peak_flops / 1e9, r.profile.memory_bandwidth / 1e9, r.profile.attention.max,
               r.profile.scan.max, 100 * r.mape);
+  if (const auto& g = r.profile.gemm_line; g.measured)
+    std::printf("  GEMM line: %.1f us per call + %.3f ns per weight byte + FLOPs at %.1f GFLOP/s\n", g.fixed * 1e6,
+                g.per_weight_byte * 1e9, g.per_flop > 0 ? 1e-9 / g.per_flop : 0.0);
   write_file_atomic(out, r.to_json().dump(2) + "\n", "--out");
   std::printf("  wrote %s (calibration took %.1f s; other processes used %.1f of %d cores meanwhile)\n", out.c_str(),
               calib_s, r.profile.calibrated_on.other_cores, r.profile.calibrated_on.cores);

@@ -48,6 +48,11 @@ for p in j["measurements"]["points"]:
         assert len(p["window_s"]) == 3 and p["seconds"] == min(p["window_s"]) > 0, p
 # ... and the cold whole-model prefill's rest (PrefillStepCost), fitted on model_prefill points.
 assert all(j["prefill_step"][k] >= 0 for k in ("model_fixed_s", "model_per_element_s")), j
+# The GEMM line the prefill is priced on, fitted on square and rectangular GEMMs of > 16 rows.
+g = j["gemm_line"]
+assert all(g[k] >= 0 for k in ("fixed_s", "per_weight_byte_s", "per_flop_s")) and g["per_flop_s"] > 0, g
+lined = [p["shape"] for p in j["measurements"]["points"] if p["kind"] == "gemm" and int(p["shape"].split("x")[0]) > 16]
+assert any(s.split("x")[1] != s.split("x")[2] for s in lined), lined  # rectangular weights among them
 assert any(p["kind"] == "model_prefill" for p in j["measurements"]["points"]), "no model_prefill points"
 print("cached profile ok")
 PY

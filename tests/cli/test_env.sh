@@ -31,6 +31,7 @@ expect_rc 0 env AC_CACHE_DIR="$T/cache" "$AC_BIN" env
 expect_out "Profile *cpu-local (.*): none for this CPU and build yet; calibrated on first use into $T/cache/hardware/cpu-local-"
 expect_rc 0 "$AC_BIN" cost calibrate --quick --cache-dir "$T/cache"
 expect_out "other processes used [0-9.]* of [0-9]* cores meanwhile"
+expect_out "GEMM line: [0-9.]* us per call + [0-9.]* ns per weight byte + FLOPs at [0-9.]* GFLOP/s"
 expect_rc 0 env AC_CACHE_DIR="$T/cache" "$AC_BIN" env
 expect_out "Profile *cpu-local (.*): $T/cache/hardware/cpu-local-.*, calibrated 20[0-9-]*T[0-9:]*Z, other processes used [0-9.]* of [0-9]* cores"
 # `cost show` says the same of the profile `--hardware cpu-local` uses, with its kernels; a GPU

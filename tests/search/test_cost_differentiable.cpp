@@ -142,6 +142,14 @@ TEST(DifferentiableCost, EagerEngineTermsAlsoMatch) {
   const DifferentiableCostModel soft_m(base, hw_m, e, w);
   expect_equal(soft_m(dm), predict(exact_m, hw_m, e, w), "super eager, measured Mamba mixer");
   EXPECT_NE(predict(exact_m, hw_m, e, w).ttft_s, predict(exact_m, hw, e, w).ttft_s);
+  // With a measured GEMM line (a calibrated CPU profile) the prefill's GEMMs, the routed experts
+  // (soft expert counts) and the LM head go through the same template: equal at one-hot choices,
+  // and it changes TTFT.
+  auto hw_g = hw_m;
+  hw_g.gemm_line = {true, 1.6e-5, 1e-10, 4.5e-12};
+  const DifferentiableCostModel soft_g(base, hw_g, e, w);
+  expect_equal(soft_g(dm), predict(exact_m, hw_g, e, w), "super eager, GEMM line");
+  EXPECT_NE(predict(exact_m, hw_g, e, w).ttft_s, predict(exact_m, hw_m, e, w).ttft_s);
   // With a measured decode step too (one-row GEMM line and per-sublayer rests), decode goes
   // through the same template: equal at one-hot choices, and it changes TPOT.
   auto hw_d = hw_m;
