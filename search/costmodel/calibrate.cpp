@@ -66,6 +66,15 @@ std::vector<double> gemv_features(double out, double in, double rows, double eb)
   return {1.0, eb * (out * in + rows * (out + in)), out, extra * out, extra * out * in};
 }
 
+namespace {
+// How many features a sublayer step's rest has for its first row: attention {1, past kv_dim,
+// past q_dim}, MLP {1, ffn}; a batched step's features repeat them x (rows - 1) for the further
+// rows. 0: a kind whose further rows are not fitted apart.
+size_t first_row_features(const std::string& kind) {
+  return kind == "attention_decode" ? 3 : kind == "mlp_decode" ? 2 : 0;
+}
+}  // namespace
+
 double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, const std::vector<double>& f,
                            const std::vector<std::array<double, 3>>& gemms, double eb) {
   const auto& c = hw.decode;
@@ -77,14 +86,12 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
   double t = 0;
   for (const auto& g : gemms) t += gemv(g[0], g[1], g[2]);
   if (kind == "gemv" || f.empty()) return t;
-  // attention {1, past kv_dim, past q_dim} for the first row, the same times (rows - 1) for the
-  // others; MLP {1, ffn} and times (rows - 1)
+  const bool rows = f.size() > first_row_features(kind);  // with the further rows' features
   if (kind == "attention_decode")
     t += c.attn_fixed * f[0] + c.attn_per_kv * f[1] + c.attn_per_q * f[2] +
-         (f.size() > 3 ? c.attn_per_row * f[3] + c.row_per_kv() * f[4] + c.row_per_q() * f[5] : 0.0);
+         (rows ? c.attn_per_row * f[3] + c.row_per_kv() * f[4] + c.row_per_q() * f[5] : 0.0);
   if (kind == "mlp_decode")
-    t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1] +
-         (f.size() > 2 ? c.mlp_per_row * f[2] + c.row_per_ffn() * f[3] : 0.0);
+    t += c.mlp_fixed * f[0] + c.mlp_per_ffn * f[1] + (rows ? c.mlp_per_row * f[2] + c.row_per_ffn() * f[3] : 0.0);
   if (kind == "moe_decode") t += c.moe_fixed * f[0] + c.moe_per_expert * f[1];
   if (kind == "mamba_decode") t += mamba_mixer_seconds(hw, true, f) + c.mamba_fixed;
   return t;
@@ -669,7 +676,7 @@ void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>&
 
 // Whether a sublayer step point stepped more than one sequence (its rows - 1 feature > 0).
 bool batched_step(const CalibrationPoint& p) {
-  const size_t at = p.kind == "attention_decode" ? 3 : p.kind == "mlp_decode" ? 2 : 0;
+  const size_t at = first_row_features(p.kind);
   return at > 0 && p.features.size() > at && p.features[at] > 0;
 }
 
@@ -705,12 +712,13 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
     }
     return x.empty() ? std::vector<double>{} : fit_nonneg(x, y, off);
   };
-  if (auto f = fit_rest("attention_decode", false, 0, 3); !f.empty())
+  const size_t na = first_row_features("attention_decode"), nm = first_row_features("mlp_decode");
+  if (auto f = fit_rest("attention_decode", false, 0, na); !f.empty())
     d.attn_fixed = f[0], d.attn_per_kv = f[1], d.attn_per_q = f[2];
-  if (auto f = fit_rest("mlp_decode", false, 0, 2); !f.empty()) d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
+  if (auto f = fit_rest("mlp_decode", false, 0, nm); !f.empty()) d.mlp_fixed = f[0], d.mlp_per_ffn = f[1];
   if (auto f = fit_rest("moe_decode", false, 0, 2); !f.empty()) d.moe_fixed = f[0], d.moe_per_expert = f[1];
   if (auto f = fit_rest("mamba_decode", false, 0, 1); !f.empty()) d.mamba_fixed = f[0];
-  const std::vector<double> a = fit_rest("attention_decode", true, 3, 3), m = fit_rest("mlp_decode", true, 2, 2);
+  const std::vector<double> a = fit_rest("attention_decode", true, na, na), m = fit_rest("mlp_decode", true, nm, nm);
   if (!a.empty() && !m.empty()) {
     d.attn_per_row = a[0], d.attn_per_row_kv = a[1], d.attn_per_row_q = a[2];
     d.mlp_per_row = m[0], d.mlp_per_row_ffn = m[1];
@@ -791,8 +799,9 @@ void measure_gemms(const Bench& b, std::vector<CalibrationPoint>& points) {
   const std::vector<int64_t> rows = o.quick ? std::vector<int64_t>{1, 16, 64, 512} : std::vector<int64_t>{1, 16, 128, 512, 2048};
   const std::vector<int64_t> widths = o.quick ? std::vector<int64_t>{512, 1024} : std::vector<int64_t>{512, 1024, 2048};
   // {in, out} of the rectangular weights, each at these rows
-  const std::vector<std::array<int64_t, 2>> rect = o.quick ? std::vector<std::array<int64_t, 2>>{{256, 128}, {256, 768}}
-                                                           : std::vector<std::array<int64_t, 2>>{{256, 128}, {128, 512}, {256, 768}, {384, 1536}};
+  using Shapes = std::vector<std::array<int64_t, 2>>;
+  const Shapes rect =
+      o.quick ? Shapes{{256, 128}, {256, 768}} : Shapes{{256, 128}, {128, 512}, {256, 768}, {384, 1536}};
   const std::vector<int64_t> rect_rows = o.quick ? std::vector<int64_t>{32, 128} : std::vector<int64_t>{32, 128, 512};
   auto measure = [&](int64_t in, int64_t out, const std::vector<int64_t>& at) {
     const std::vector<torch::Tensor> pool = weight_pool(out, in, b.opt, b.pool_bytes);
@@ -913,7 +922,8 @@ void measure_mamba_mixers(const Bench& b, std::vector<CalibrationPoint>& points)
                   (long long)z.P, (long long)z.N, (long long)z.G, (long long)z.Q);
     add_point(points, "mamba_prefill", std::string(shape) + " L" + std::to_string(z.L) + " minus projections", 0, 0,
               std::max(1e-7, median(pre[i])));
-    points.back().features = mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.G), double(z.Q));
+    points.back().features =
+        mamba_prefill_features(1, double(z.L), double(z.H), double(z.P), double(z.N), double(z.G), double(z.Q));
     add_point(points, "mamba_step", std::string(shape) + " step minus projections", 0, 0, std::max(1e-7, median(step[i])));
     points.back().features = mamba_step_features(1, double(z.H), double(z.P), double(z.N));
   }
@@ -1096,7 +1106,8 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
   for (auto& p : points) {
     p.predicted_s = p.kind == "model_prefill"   ? model_prefill_seconds(h, engine, p.features)
                     : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features)
-                    : p.kind == "gemm" && h.gemm_line.measured && p.features.size() == 3 ? gemm_line_seconds(h, p.features)
+                    : p.kind == "gemm" && h.gemm_line.measured && p.features.size() == 3
+                        ? gemm_line_seconds(h, p.features)
                     : p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)

@@ -184,9 +184,11 @@ class Evaluator {
     const auto& d = d_;
     const T flops = 2.0 * N * d.top_k * expert_w;
     if (hw_.gemm_line.measured) return gemm_line<T>(flops, touched * expert_w, touched);
-    const T bytes = touched * expert_w * g_.wbytes + N * d.top_k * (2.0 * d.moe_width + d.expert_ffn * d.moe_mats) * g_.abytes;
-    return op_time<T>(flops * (1.0 + hw_.gemm_rows_half * O::maximum(touched, 1.0) / O::maximum(N * d.top_k, 1.0)), bytes,
-                      hw_.gemm, O::maximum(touched, 1.0));
+    const T groups = O::maximum(touched, 1.0);
+    const T bytes = touched * expert_w * g_.wbytes +
+                    N * d.top_k * (2.0 * d.moe_width + d.expert_ffn * d.moe_mats) * g_.abytes;
+    return op_time<T>(flops * (1.0 + hw_.gemm_rows_half * groups / O::maximum(N * d.top_k, 1.0)), bytes, hw_.gemm,
+                      groups);
   }
   // Elementwise operators (norms, gating): memory time only.
   template <typename X>
@@ -322,19 +324,21 @@ class Evaluator {
     const auto& d = d_;
     const auto& c = hw_.decode;
     const T H = one() * h;
-    const S extra = O::maximum(b - 1.0, 0.0);
+    // The further rows of a batched step: one per sequence for attention (each reads its own
+    // cache), one per token for the MLP (the same in decode: one token per sequence).
+    const S further_seqs = O::maximum(b - 1.0, 0.0), further_tokens = O::maximum(n - 1.0, 0.0);
     T qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
     T proj = e_.split_projections ? gemv(qd, H, n) + 2.0 * gemv(kvd, H, n) : gemv(qd + 2.0 * kvd, H, n);
-    T attn = proj + gemv(H, qd, n) + kvd * (past * (c.attn_per_kv + extra * c.row_per_kv())) +
-             qd * (past * (c.attn_per_q + extra * c.row_per_q())) + (c.attn_fixed + extra * c.attn_per_row);
+    T attn = proj + gemv(H, qd, n) + kvd * (past * (c.attn_per_kv + further_seqs * c.row_per_kv())) +
+             qd * (past * (c.attn_per_q + further_seqs * c.row_per_q())) +
+             (c.attn_fixed + further_seqs * c.attn_per_row);
     MambaWidths<T> m = mamba_widths(d);
     T lin = d.m_heads * (d.m_head_dim + d.m_state);
     T mamba = gemv(m.in_proj, H, n) + gemv(H, m.d_inner, n) +
               d.m_heads * d.m_head_dim * d.m_state * (n * hw_.mamba.step_per_state) + lin * (n * hw_.mamba.step_per_lin) +
               (hw_.mamba.step_fixed + c.mamba_fixed);
-    const S mlp_extra = O::maximum(n - 1.0, 0.0);
-    T mlp = mlp_gemvs(d.mlp_mats, d.ffn, H, n) + d.ffn * (c.mlp_per_ffn + mlp_extra * c.row_per_ffn()) +
-            (c.mlp_fixed + mlp_extra * c.mlp_per_row);
+    T mlp = mlp_gemvs(d.mlp_mats, d.ffn, H, n) + d.ffn * (c.mlp_per_ffn + further_tokens * c.row_per_ffn()) +
+            (c.mlp_fixed + further_tokens * c.mlp_per_row);
     T touched = experts_touched(d.experts, d.top_k, n);
     T shared = d.shared_ffn / O::maximum(d.shared_ffn, 1.0), latent = d.latent / O::maximum(d.latent, 1.0);
     T moe = gemv(d.experts, H, n) + latent * (gemv(d.latent, H, n) + gemv(H, d.latent, n)) +

@@ -234,7 +234,8 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   if (f.has("gemm_line")) {
     auto& c = h.gemm_line;
     read_cost_block(f, j, "gemm_line", "measured GEMM line", gemm_line_fields(c));
-    if (!(c.per_weight_byte + c.per_flop > 0)) f.fail("gemm_line.per_flop_s", "the per-byte and per-FLOP terms are both 0");
+    if (!(c.per_weight_byte + c.per_flop > 0))
+      f.fail("gemm_line.per_flop_s", "the per-byte and per-FLOP terms are both 0");
     c.measured = true;
   }
   if (f.has("mamba")) {

@@ -107,7 +107,8 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   nlohmann::json no_line = r.to_json();
   no_line.erase("gemm_line");
   std::ofstream(path) << no_line.dump();
-  const LocalProfile re_line = local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
+  const LocalProfile re_line =
+      local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
   EXPECT_TRUE(re_line.calibrated);
   EXPECT_NE(why.find("no measured GEMM line"), std::string::npos) << why;
   EXPECT_TRUE(re_line.profile.gemm_line.measured);
