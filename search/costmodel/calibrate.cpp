@@ -1079,11 +1079,6 @@ void fit_gemm_line(HardwareProfile& h, const std::vector<CalibrationPoint>& poin
   h.gemm_line = {true, c[0], c[1], c[2]};
 }
 
-double gemm_line_seconds(const HardwareProfile& h, const std::vector<double>& f) {
-  const auto& c = h.gemm_line;
-  return c.fixed * f.at(0) + c.per_weight_byte * f.at(1) + c.per_flop * f.at(2);
-}
-
 void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& points) {
   for (const char* kind : {"mamba_prefill", "mamba_step"}) {
     std::vector<std::vector<double>> X;
@@ -1107,7 +1102,7 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
     p.predicted_s = p.kind == "model_prefill"   ? model_prefill_seconds(h, engine, p.features)
                     : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features)
                     : p.kind == "gemm" && h.gemm_line.measured && p.features.size() == 3
-                        ? gemm_line_seconds(h, p.features)
+                        ? h.gemm_line.seconds(p.features[2], p.features[1], p.features[0])
                     : p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)

@@ -168,8 +168,7 @@ class Evaluator {
   // `calls` GEMMs of `weight_elems` weights in all on the measured GEMM line.
   template <typename X>
   X gemm_line(const X& flops, const X& weight_elems, const X& calls) const {
-    const auto& c = hw_.gemm_line;
-    return flops * c.per_flop + weight_elems * (g_.wbytes * c.per_weight_byte) + calls * c.fixed;
+    return hw_.gemm_line.seconds<X>(flops, weight_elems * g_.wbytes, calls);
   }
   // Fixed cost of one more GEMM call (an engine that runs q/k/v, gate/up, experts' matrices
   // as separate GEMMs pays it per extra call).
@@ -253,9 +252,9 @@ class Evaluator {
       // The mixer's measured cost outside its projections (HardwareProfile::MambaMixerCost;
       // features as in calibrate.h: conv, scan, gated norm, casts and dispatch included).
       const auto& c = hw_.mamba;
-      T lin = d.m_heads * (d.m_head_dim + d.m_state);
-      if (decode) {
-        mamba = mamba_base + N * (c.step_per_state * hpn + c.step_per_lin * lin) + c.step_fixed;
+      if (decode) {  // the recurrent step expands B and C to the heads: H (P + N) per token
+        mamba = mamba_base + N * (c.step_per_state * hpn + c.step_per_lin * (d.m_heads * (d.m_head_dim + d.m_state))) +
+                c.step_fixed;
       } else {
         T lp = O::ceil_st(s / d.m_chunk) * d.m_chunk * b;  // tokens padded to whole chunks
         mamba = mamba_base +

@@ -54,6 +54,12 @@ struct HardwareProfile {
   struct GemmLine {
     bool measured = false;
     double fixed = 0, per_weight_byte = 0, per_flop = 0;
+    // `calls` GEMMs of `flops` FLOPs and `weight_bytes` weight bytes in all (X: a double, or a
+    // per-layer vector of the cost formulas).
+    template <typename X>
+    X seconds(const X& flops, const X& weight_bytes, const X& calls) const {
+      return flops * per_flop + weight_bytes * per_weight_byte + calls * fixed;
+    }
   } gemm_line;
   // Measured cost of an eager Mamba-2 mixer (model::Mamba2) without its two projections (those
   // are GEMMs: the GEMM line on CPU profiles): conv, SiLU, dt/A, the SSD scan, the gated norm, the casts and
