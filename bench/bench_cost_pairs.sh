@@ -5,7 +5,8 @@
 # memory, the fitted decode-step terms) with the spread of the latency MAPE over the pairs.
 # With AC_BIN_BASELINE set, the pairs alternate between that binary (the baseline, e.g. main's)
 # and AC_BIN, and the two summaries end with the ratio of their mean latency MAPE.
-#   [AC_BIN=build/autocompress] [AC_BIN_BASELINE=OTHER] bench/bench_cost_pairs.sh OUT_DIR [PAIRS=3] [`cost validate` flags...]
+#   [AC_BIN=build/autocompress] [AC_BIN_BASELINE=OTHER] [AC_CALIBRATE_FLAGS="--dtype float32"] \
+#     bench/bench_cost_pairs.sh OUT_DIR [PAIRS=3] [`cost validate` flags...]
 # Run it on a quiet machine (the calibration logs "other processes used X of N cores"). Each
 # pair leaves OUT_DIR/[candidate|baseline/]pair-K/{calibrate.log,validate.log,validate.json,
 # profile/}; a pair whose validate.json exists is kept, so an interrupted run resumes.
@@ -20,7 +21,8 @@ one_pair() {  # BIN DIR [validate flags]
   [ -f "$d/validate.json" ] && return 0
   rm -rf "$d" && mkdir -p "$d/profile"
   echo "$d: calibrate ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
-  AC_CACHE_DIR="$d/profile" "$bin" cost calibrate --cache-dir "$d/profile" >"$d/calibrate.log" 2>&1
+  # shellcheck disable=SC2086  # AC_CALIBRATE_FLAGS: words, e.g. "--dtype float32"
+  AC_CACHE_DIR="$d/profile" "$bin" cost calibrate --cache-dir "$d/profile" ${AC_CALIBRATE_FLAGS:-} >"$d/calibrate.log" 2>&1
   echo "$d: validate ($(date -u +%H:%M:%S) UTC)"
   AC_CACHE_DIR="$d/profile" "$bin" cost validate --hardware cpu-local --out "$d/validate.json" "$@" >"$d/validate.log" 2>&1
 }

@@ -46,9 +46,14 @@ Kernel kernel_for(const std::string& isa) {
 const std::string& small_linear_isa() {
   static const std::string isa = [] {
     const char* env = std::getenv("AC_SMALL_GEMM");
-    if (env && std::string(env) == "0") return std::string();
-    for (const char* c : {"avx512", "avx2"})
-      if (cpu_has(c)) return std::string(c);
+    const std::string want = env ? env : "";
+    if (want == "0") return std::string();
+    // "avx2" caps an AVX-512 machine at the AVX2 kernel (the AVX2-only class's path, emulated).
+    bool allowed = want != "avx2";
+    for (const char* c : {"avx512", "avx2"}) {
+      allowed = allowed || want == c;
+      if (allowed && cpu_has(c)) return std::string(c);
+    }
     return std::string();
   }();
   return isa;

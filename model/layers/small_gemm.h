@@ -13,6 +13,7 @@ namespace ac::model {
 
 // The kernel this CPU gets: "avx512" (AVX-512F + VL + FMA), "avx2" (AVX2 + FMA), or "" when
 // none applies (not an x86-64 build, an older CPU, or AC_SMALL_GEMM=0 in the environment).
+// AC_SMALL_GEMM=avx2 picks the AVX2 kernel on an AVX-512 CPU too.
 const std::string& small_linear_isa();
 
 // x [..., K] float32 with 2 <= x.numel() / K <= 16 rows, w [N, K] float32 contiguous, both on

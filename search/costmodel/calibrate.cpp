@@ -497,15 +497,14 @@ std::vector<std::array<int64_t, 3>> model_sizes(bool quick) {
                : std::vector<std::array<int64_t, 3>>{{256, 768, 4096}, {512, 1536, 4096}, {384, 1024, 16384}, {576, 1536, 49152}};
 }
 
-// The cold decode step of `m` (one sequence, kPast tokens cached): the median of n calls, each
+// The cold decode step of `m` (one sequence, kModelDecodePast tokens cached): the median of n calls, each
 // from evicted caches (time_cold), each on the same cached length (the step appends).
-constexpr int64_t kPast = 8;
 struct ColdStep {
   model::CausalLM m;
   model::InferenceCache filled;
   torch::Tensor tok;
   ColdStep(model::CausalLM model, int64_t V) : m(std::move(model)), tok(torch::randint(0, V, {1, 1}, torch::kLong)) {
-    (void)m->forward(torch::randint(0, V, {1, kPast}, torch::kLong), &filled);
+    (void)m->forward(torch::randint(0, V, {1, kModelDecodePast}, torch::kLong), &filled);
   }
   void step() {
     model::InferenceCache c = filled;
@@ -645,9 +644,12 @@ void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const 
     }
 }
 
-// A model_prefill point's prediction by `engine` (one chunk, one sequence) on profile `hw`.
-double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f) {
-  const model::ArchSpec spec = block_spec(int64_t(f.at(1)), int64_t(f.at(3)), int64_t(f.at(4)), int(f.at(2)));
+// A model_prefill point's prediction by `engine` (one chunk, one sequence) on profile `hw`, its
+// weights, activations and cache in `dtype` (the calibration's: what the point's model ran in).
+double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f,
+                             const std::string& dtype) {
+  model::ArchSpec spec = block_spec(int64_t(f.at(1)), int64_t(f.at(3)), int64_t(f.at(4)), int(f.at(2)));
+  spec.dtype = dtype;
   return predict_prompt(spec, hw, engine, int64_t(f.at(0)), 1).ttft_s;
 }
 
@@ -656,7 +658,8 @@ double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& eng
 // sublayer (fitted here on 1-2 blocks of attention + MLP) over-predicted the 24 validation
 // models' prefills by ~10% (their Mamba, MoE and deeper stacks do not miss as much per
 // sublayer; docs/costmodel.md "Cold prefills").
-void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine) {
+void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine,
+                        const std::string& dtype) {
   std::vector<std::vector<double>> X;
   std::vector<double> t, off;
   HardwareProfile bare = h;
@@ -666,7 +669,7 @@ void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>&
       const double elems = p.features[0] * p.features[1];
       X.push_back({1.0, elems});
       t.push_back(p.seconds);
-      off.push_back(model_prefill_seconds(bare, engine, p.features));
+      off.push_back(model_prefill_seconds(bare, engine, p.features, dtype));
     }
   if (X.empty()) return;
   const std::vector<double> c = fit_nonneg(X, t, off);
@@ -726,20 +729,19 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
   }
 }
 
-// A model_decode point's model (features {hidden, ffn, vocabulary, blocks, family}) and its
-// prediction: the engine's decode step of one sequence after kPast cached tokens.
-model::ArchSpec model_decode_spec(const std::vector<double>& f) {
-  return block_spec(int64_t(f.at(0)), int64_t(f.at(1)), int64_t(f.at(2)), int(f.at(3)), BlockFamily(int(f.at(4))));
-}
-double model_decode_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f) {
-  return predict_prompt(model_decode_spec(f), hw, engine, kPast, 1).tpot_s;
+// A model_decode point's prediction: the engine's decode step of one sequence after
+// kModelDecodePast cached tokens.
+double model_decode_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f,
+                            const std::string& dtype) {
+  return predict_prompt(model_decode_spec(f, dtype), hw, engine, kModelDecodePast, 1).tpot_s;
 }
 
 // The cold model step's rest: each model_decode point's time = the engine's prediction without
 // it + model_fixed + each sublayer's rest by kind + model_per_weight_byte x the weight bytes
 // its GEMMs read (non-negative). A term's feature is what the formulas charge per unit of it,
 // read off the prediction (linear in each term), so the fit and the formulas count alike.
-void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine) {
+void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine,
+                       const std::string& dtype) {
   if (!h.decode.measured) return;
   using D = HardwareProfile::DecodeStepCost;
   const std::vector<double D::*> terms = {&D::model_fixed, &D::model_per_layer, &D::model_per_moe_layer,
@@ -751,12 +753,12 @@ void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& 
   std::vector<double> t, off;
   for (const auto& p : points)
     if (p.kind == "model_decode") {
-      off.push_back(model_decode_seconds(bare, engine, p.features));
+      off.push_back(model_decode_seconds(bare, engine, p.features, dtype));
       std::vector<double> row;
       for (size_t j = 0; j < terms.size(); ++j) {
         HardwareProfile one = bare;
         one.decode.*terms[j] = unit[j];
-        row.push_back((model_decode_seconds(one, engine, p.features) - off.back()) / unit[j]);
+        row.push_back((model_decode_seconds(one, engine, p.features, dtype) - off.back()) / unit[j]);
       }
       X.push_back(row), t.push_back(p.seconds);
     }
@@ -1096,11 +1098,12 @@ void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& p
 }
 
 // Each point's time by the fitted profile; the mean absolute percentage error.
-double score_points(const HardwareProfile& h, const EngineProfile& engine, std::vector<CalibrationPoint>& points, double eb) {
+double score_points(const HardwareProfile& h, const EngineProfile& engine, std::vector<CalibrationPoint>& points,
+                    const std::string& dtype, double eb) {
   double err = 0;
   for (auto& p : points) {
-    p.predicted_s = p.kind == "model_prefill"   ? model_prefill_seconds(h, engine, p.features)
-                    : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features)
+    p.predicted_s = p.kind == "model_prefill"   ? model_prefill_seconds(h, engine, p.features, dtype)
+                    : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features, dtype)
                     : p.kind == "gemm" && h.gemm_line.measured && p.features.size() == 3
                         ? h.gemm_line.seconds(p.features[2], p.features[1], p.features[0])
                     : p.kind == "mamba_prefill" || p.kind == "mamba_step"
@@ -1115,6 +1118,13 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
 }
 
 }  // namespace
+
+model::ArchSpec model_decode_spec(const std::vector<double>& f, const std::string& dtype) {
+  model::ArchSpec spec =
+      block_spec(int64_t(f.at(0)), int64_t(f.at(1)), int64_t(f.at(2)), int(f.at(3)), BlockFamily(int(f.at(4))));
+  spec.dtype = dtype;
+  return spec;
+}
 
 void evict_cpu_caches() {
   static torch::Tensor buffer = [] {
@@ -1201,9 +1211,9 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   fit_decode_steps(h, r.points, b.eb);
   // Last: the whole-model steps' and prefills' rests are what the fitted profile above leaves over.
   const EngineProfile engine = load_engine(kPrefillEngine, o.configs_dir.empty() ? default_configs_dir() : o.configs_dir);
-  fit_model_decodes(h, r.points, engine);
-  fit_model_prefills(h, r.points, engine);
-  r.mape = score_points(h, engine, r.points, b.eb);
+  fit_model_decodes(h, r.points, engine, o.dtype);
+  fit_model_prefills(h, r.points, engine, o.dtype);
+  r.mape = score_points(h, engine, r.points, o.dtype, b.eb);
   return r;
 }
 

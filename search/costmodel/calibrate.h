@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/arch_spec.h"
 #include "search/costmodel/profiles.h"
 
 namespace ac::search {
@@ -100,6 +101,12 @@ std::vector<double> gemv_features(double out, double in, double rows, double ele
 double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, const std::vector<double>& features,
                            const std::vector<std::array<double, 3>>& gemms, double elem_bytes);
 double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vector<double>& features);
+
+// The model of a model_decode point (features {hidden, ffn, vocabulary, blocks, family}): one or
+// two blocks of a dense, MoE or Mamba family, its weights, activations and cache in `dtype` (the
+// calibration's, which the fits price it in), its step timed after kModelDecodePast cached tokens.
+constexpr int64_t kModelDecodePast = 8;
+model::ArchSpec model_decode_spec(const std::vector<double>& features, const std::string& dtype);
 
 // Evicts the CPU's caches (and with them its TLBs) by streaming a buffer of max(64 MiB, 2 x the
 // last-level cache) through them; nothing on a GPU. Decode of a model larger than the

@@ -573,6 +573,30 @@ std::string write_cached(const std::string& cache, const CalibrationOptions& o, 
 
 }  // namespace
 
+// An f32 calibration prices its whole-model points in f32: each model_decode point's model, as a
+// float32 ArchSpec, is the prediction the profile reports and is within 1.35x of its time. The
+// fits once priced those models with bf16's 2-byte weights while they ran in f32, so the per-byte
+// rate came out ~2x and every f32 decode was predicted ~1.5x its time (`cost validate --dtype
+// float32`: decode +53%; docs/costmodel.md "fp32 profiles"). Cheap in f32 on every CPU class.
+TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
+  CalibrationOptions o = quick_options();
+  o.dtype = "float32";
+  const CalibrationResult r = calibrate(o);
+  const EngineProfile eager = load_engine(kPrefillEngine, AC_SOURCE_DIR "/configs");
+  int points = 0;
+  for (const CalibrationPoint& p : r.points) {
+    if (p.kind != "model_decode") continue;
+    ++points;
+    const ac::model::ArchSpec spec = model_decode_spec(p.features, o.dtype);
+    ASSERT_EQ(spec.dtype, "float32");
+    const double pred = predict_prompt(spec, r.profile, eager, kModelDecodePast, 1).tpot_s;
+    EXPECT_NEAR(pred, p.predicted_s, 1e-9 * p.predicted_s) << p.shape;
+    EXPECT_LT(pred / p.seconds, 1.35) << p.shape << ": " << pred << " s predicted, " << p.seconds << " s measured";
+    EXPECT_GT(pred / p.seconds, 1 / 1.35) << p.shape << ": " << pred << " s predicted, " << p.seconds << " s measured";
+  }
+  EXPECT_GE(points, 4);  // quick: dense, MoE and Mamba models of one and two blocks
+}
+
 // A calibration records the kernels' version it timed; a profile of other kernels does not
 // describe this build (it is recalibrated, as one of another CPU is).
 TEST(CostCalibrate, ProfileRecordsTheKernelsItTimed) {
