@@ -60,6 +60,7 @@ struct Ops<Vec> {
   static Vec maximum(const Vec& a, double b) { return map(a, [b](double x) { return std::max(x, b); }); }
   static double maximum(double a, double b) { return std::max(a, b); }
   static double minimum(double a, double b) { return std::min(a, b); }
+  static Vec minimum(const Vec& a, double b) { return map(a, [b](double x) { return std::min(x, b); }); }
   static Vec pow(const Vec& a, double b) { return map(a, [b](double x) { return std::pow(x, b); }); }
   static Vec pow(const Vec& a, const Vec& b) { return zip(a, b, [](double x, double y) { return std::pow(x, y); }); }
   static double sum(const Vec& a) {
@@ -303,10 +304,12 @@ class Evaluator {
   template <typename A, typename B, typename R>
   auto gemv(const A& out, const B& in, const R& rows) const {
     const auto& c = hw_.decode;
-    const R extra = O::maximum(rows - 1.0, 0.0);
+    const R extra = O::maximum(rows - 1.0, 0.0), multirow = O::minimum(extra, 1.0);
+    const R passes = multirow * (1.0 + O::maximum(rows - 8.0, 0.0) / 8.0);  // the 2-16-row kernel's, per 8 rows
     return out * in * (g_.wbytes * (c.gemv_per_byte + c.model_per_weight_byte)) +
            (in + out) * (rows * g_.abytes * c.gemv_per_byte) + out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) +
-           out * in * (extra * c.gemv_per_row_mac) + c.gemv_fixed;
+           out * in * (extra * c.gemv_per_row_mac + passes * c.gemv_multirow_per_mac) + multirow * c.gemv_multirow_fixed +
+           c.gemv_fixed;
   }
   // The GEMMs of a gated / plain MLP of width `ffn` at width `w` (gate and up, down), run as
   // separate calls by an engine that splits projections, else gate+up fused.

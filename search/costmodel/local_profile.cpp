@@ -103,6 +103,8 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
     return "profile '" + hw.id + "' has no per-kind (MoE, Mamba) or per-weight-byte cost of a cold model decode step measured";
   if (hw.decode.measured && !hw.decode.has_row_rests)  // cached before batched sublayer steps were timed
     return "profile '" + hw.id + "' has no batched (4- and 8-sequence) attention and MLP decode steps measured";
+  if (hw.decode.measured && !hw.decode.has_multirow)  // cached before the 2-16-row call's own terms were fitted
+    return "profile '" + hw.id + "' has no cost of a 2-16-row GEMM call beyond the one-row call's measured";
   if (hw.decode.measured && !hw.prefill.measured)  // cached before whole model prefills were timed
     return "profile '" + hw.id + "' has no cold model prefill measured";
   if (hw.decode.measured && !hw.gemm_line.measured)  // cached before the GEMM line was fitted

@@ -140,7 +140,8 @@ std::vector<std::pair<const char*, double*>> decode_step_fields(HardwareProfile:
           {"model_per_weight_byte_s", &c.model_per_weight_byte},
           {"attn_per_row_s", &c.attn_per_row}, {"attn_per_row_kv_s", &c.attn_per_row_kv},
           {"attn_per_row_q_s", &c.attn_per_row_q}, {"mlp_per_row_s", &c.mlp_per_row},
-          {"mlp_per_row_ffn_s", &c.mlp_per_row_ffn}};
+          {"mlp_per_row_ffn_s", &c.mlp_per_row_ffn}, {"gemv_multirow_fixed_s", &c.gemv_multirow_fixed},
+          {"gemv_multirow_per_mac_s", &c.gemv_multirow_per_mac}};
 }
 // The per-kind terms of the model step, written and read together.
 constexpr std::array<const char*, 3> kModelKindFields = {"model_per_moe_layer_s", "model_per_mamba_layer_s",
@@ -153,6 +154,11 @@ constexpr std::array<const char*, 5> kRowRestFields = {"attn_per_row_s", "attn_p
                                                        "mlp_per_row_s", "mlp_per_row_ffn_s"};
 bool row_rest_field(const std::string& name) {
   return std::find(kRowRestFields.begin(), kRowRestFields.end(), name) != kRowRestFields.end();
+}
+// What a call of 2 or more rows pays beyond the one-row call's path, fitted together.
+constexpr std::array<const char*, 2> kMultirowFields = {"gemv_multirow_fixed_s", "gemv_multirow_per_mac_s"};
+bool multirow_field(const std::string& name) {
+  return std::find(kMultirowFields.begin(), kMultirowFields.end(), name) != kMultirowFields.end();
 }
 // How many of `names` the block `x` has; the first it lacks in `missing`.
 template <size_t N>
@@ -167,7 +173,7 @@ int count_fields(const json& x, const std::array<const char*, N>& names, std::st
 // model step's own terms, absent from profiles made before they were measured.
 bool optional_decode_field(const std::string& name) {
   return name == "gemv_per_row_out_s" || name == "gemv_per_row_mac_s" || name == "model_fixed_s" ||
-         name == "model_per_layer_s" || model_kind_field(name) || row_rest_field(name);
+         name == "model_per_layer_s" || model_kind_field(name) || row_rest_field(name) || multirow_field(name);
 }
 // Whether a decode_step field is written: the required ones always, an optional one when measured.
 bool decode_field_written(const HardwareProfile::DecodeStepCost& c, const std::string& name) {
@@ -175,6 +181,7 @@ bool decode_field_written(const HardwareProfile::DecodeStepCost& c, const std::s
   if (name == "model_per_layer_s") return c.has_model_per_layer;
   if (model_kind_field(name)) return c.has_model_kinds;
   if (row_rest_field(name)) return c.has_row_rests;
+  if (multirow_field(name)) return c.has_multirow;
   return !optional_decode_field(name) || c.batched;
 }
 // The gemm_line block's JSON fields (HardwareProfile::GemmLine), in file order.
@@ -267,6 +274,10 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
       f.fail("decode_step." + missing, "missing (attn_per_row_s, attn_per_row_kv_s, attn_per_row_q_s, mlp_per_row_s and "
                                        "mlp_per_row_ffn_s come together)");
     c.has_row_rests = rows == int(kRowRestFields.size());
+    missing.clear();
+    const int multirow = count_fields(x, kMultirowFields, missing);
+    if (multirow == 1) f.fail("decode_step." + missing, "missing (gemv_multirow_fixed_s and gemv_multirow_per_mac_s come together)");
+    c.has_multirow = multirow == int(kMultirowFields.size());
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;
   }

@@ -88,6 +88,11 @@ struct HardwareProfile {
   //     activation bytes) + gemv_per_out x out + (b - 1) (gemv_per_row_out x out +
   //     gemv_per_row_mac x out in)   (the extra rows fitted on 2-16-row GEMMs: `batched`; a
   //     profile without them charges each row gemv_per_out x out, as one-row GEMMs)
+  //     + min(b - 1, 1) (gemv_multirow_fixed + gemv_multirow_per_mac x out in (1 + max(b - 8, 0) / 8)):
+  //     what a call of 2 or more rows pays beyond the one-row call's path, another kernel in fp32
+  //     (small_linear, one pass over the weight per 8 rows, against the one-row matrix-vector
+  //     product); ~0 where one kernel serves every row count (`has_multirow`: fitted; a profile
+  //     without them charges 0 and is recalibrated when cached)
   //   a sublayer's step minus its GEMMs (norm, residual, casts, RoPE, cache append, scores, routing,
   //   dispatch): attention attn_fixed + attn_per_kv x past kv_dim + attn_per_q x past q_dim;
   //   MLP mlp_fixed + mlp_per_ffn x ffn; MoE moe_fixed + moe_per_expert x touched;
@@ -126,6 +131,8 @@ struct HardwareProfile {
     bool has_model_kinds = false;
     double attn_per_row = 0, attn_per_row_kv = 0, attn_per_row_q = 0, mlp_per_row = 0, mlp_per_row_ffn = 0;
     bool has_row_rests = false;
+    double gemv_multirow_fixed = 0, gemv_multirow_per_mac = 0;
+    bool has_multirow = false;
     // Each further row's rest as charged: measured, or the one-row rest's variable terms again.
     double row_per_kv() const { return has_row_rests ? attn_per_row_kv : attn_per_kv; }
     double row_per_q() const { return has_row_rests ? attn_per_row_q : attn_per_q; }

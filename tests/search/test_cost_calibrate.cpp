@@ -416,6 +416,31 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
       EXPECT_LT(predict(dense, flat_rows, eager, w).tpot_s, predict(dense, hb, eager, w).tpot_s - 1e-6) << b;
     }
   }
+  // What a call of 2 or more rows pays beyond the one-row call's path: both terms or none (one
+  // alone is refused, naming the other), read and written back; nothing at B = 1; at B = 4 and 8
+  // the fixed term per GEMM call (two MLPs' gate, up and down, and the LM head) and the per-MAC
+  // term once per weight element; at B = 16 that one twice (a pass over the weight per 8 rows).
+  EXPECT_FALSE(same.decode.has_multirow);
+  nlohmann::json multirow = row_rests;
+  multirow["decode_step"]["gemv_multirow_per_mac_s"] = 3e-11;
+  try {
+    (void)hardware_from_json(multirow, "x.json");
+    ADD_FAILURE() << "gemv_multirow_per_mac_s without gemv_multirow_fixed_s was accepted";
+  } catch (const ac::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("decode_step.gemv_multirow_fixed_s"), std::string::npos) << e.what();
+  }
+  const HardwareProfile hm = with_field(multirow, "gemv_multirow_fixed_s", 4e-6).second;
+  EXPECT_TRUE(hm.decode.has_multirow);
+  const double macs = 2 * 3 * 256 * 768 + 4096 * 256;
+  eager.max_num_seqs = 16;
+  for (int64_t b : {1, 4, 8, 16}) {
+    w.concurrency = b;
+    const double want = b == 1 ? 0.0 : 7 * 4e-6 + (b == 16 ? 2 : 1) * macs * 3e-11;
+    EXPECT_NEAR(predict(tiny, hm, eager, w).tpot_s - predict(tiny, same, eager, w).tpot_s, want, 1e-12) << b;
+  }
+  eager.max_num_seqs = 8;
+  multirow["decode_step"]["gemv_multirow_fixed_s"] = -1;
+  EXPECT_THROW(hardware_from_json(multirow, "x.json"), ac::InputError);
   layered["decode_step"]["model_per_layer_s"] = -1;
   EXPECT_THROW(hardware_from_json(layered, "x.json"), ac::InputError);
   stepped["decode_step"]["model_fixed_s"] = -1;
@@ -595,6 +620,21 @@ TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
     EXPECT_GT(pred / p.seconds, 1 / 1.35) << p.shape << ": " << pred << " s predicted, " << p.seconds << " s measured";
   }
   EXPECT_GE(points, 4);  // quick: dense, MoE and Mamba models of one and two blocks
+  // The 2-16-row call's own terms are fitted, and a profile cached before them is recalibrated.
+  EXPECT_TRUE(r.profile.decode.has_multirow);
+  nlohmann::json older = r.to_json();
+  older["decode_step"].erase("gemv_multirow_fixed_s"), older["decode_step"].erase("gemv_multirow_per_mac_s");
+  const std::string cache = ::testing::TempDir() + "/ac_profile_multirow_" + std::to_string(::getpid());
+  write_cached(cache, o, older);
+  LocalProfileOptions trust;
+  trust.spot_check = false;
+  trust.max_other_cores = 1e9;  // the load is not what this test is about
+  std::string why;
+  const LocalProfile re = local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
+  EXPECT_TRUE(re.calibrated);
+  EXPECT_NE(why.find("no cost of a 2-16-row GEMM call beyond the one-row call's"), std::string::npos) << why;
+  EXPECT_TRUE(re.profile.decode.has_multirow);
+  std::filesystem::remove_all(cache);
 }
 
 // A calibration records the kernels' version it timed; a profile of other kernels does not
