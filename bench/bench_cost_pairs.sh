@@ -22,7 +22,8 @@ one_pair() {  # BIN DIR [validate flags]
   rm -rf "$d" && mkdir -p "$d/profile"
   echo "$d: calibrate ($(date -u +%H:%M:%S) UTC, load $(cut -d' ' -f1-3 /proc/loadavg))"
   # shellcheck disable=SC2086  # AC_CALIBRATE_FLAGS: words, e.g. "--dtype float32"
-  AC_CACHE_DIR="$d/profile" "$bin" cost calibrate --cache-dir "$d/profile" ${AC_CALIBRATE_FLAGS:-} >"$d/calibrate.log" 2>&1
+  AC_CACHE_DIR="$d/profile" "$bin" cost calibrate --cache-dir "$d/profile" ${AC_CALIBRATE_FLAGS:-} \
+    >"$d/calibrate.log" 2>&1
   echo "$d: validate ($(date -u +%H:%M:%S) UTC)"
   AC_CACHE_DIR="$d/profile" "$bin" cost validate --hardware cpu-local --out "$d/validate.json" "$@" >"$d/validate.log" 2>&1
 }

@@ -308,8 +308,8 @@ class Evaluator {
     const R passes = multirow * (1.0 + O::maximum(rows - 8.0, 0.0) / 8.0);  // the 2-16-row kernel's, per 8 rows
     return out * in * (g_.wbytes * (c.gemv_per_byte + c.model_per_weight_byte)) +
            (in + out) * (rows * g_.abytes * c.gemv_per_byte) + out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) +
-           out * in * (extra * c.gemv_per_row_mac + passes * c.gemv_multirow_per_mac) + multirow * c.gemv_multirow_fixed +
-           c.gemv_fixed;
+           out * in * (extra * c.gemv_per_row_mac + passes * c.gemv_multirow_per_mac) +
+           multirow * c.gemv_multirow_fixed + c.gemv_fixed;
   }
   // The GEMMs of a gated / plain MLP of width `ffn` at width `w` (gate and up, down), run as
   // separate calls by an engine that splits projections, else gate+up fused.

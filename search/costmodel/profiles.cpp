@@ -276,7 +276,8 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     c.has_row_rests = rows == int(kRowRestFields.size());
     missing.clear();
     const int multirow = count_fields(x, kMultirowFields, missing);
-    if (multirow == 1) f.fail("decode_step." + missing, "missing (gemv_multirow_fixed_s and gemv_multirow_per_mac_s come together)");
+    if (multirow == 1)
+      f.fail("decode_step." + missing, "missing (gemv_multirow_fixed_s and gemv_multirow_per_mac_s come together)");
     c.has_multirow = multirow == int(kMultirowFields.size());
     if (!c.batched) c.gemv_per_row_out = c.gemv_per_out;
     c.measured = true;

@@ -271,6 +271,19 @@ WithBlock with_block(const std::string& block, const nlohmann::json& fields) {
 }
 }  // namespace
 
+namespace {
+// hardware_from_json refuses `profile` with an InputError naming `field`; `accepted` says what
+// slipped through otherwise.
+void expect_refused_naming(const nlohmann::json& profile, const std::string& field, const char* accepted) {
+  try {
+    (void)hardware_from_json(profile, "x.json");
+    ADD_FAILURE() << accepted;
+  } catch (const ac::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
 TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   nlohmann::json j = hardware_to_json(load_hardware("b200", AC_SOURCE_DIR "/configs"));
   EXPECT_FALSE(hardware_from_json(j, "b200.json").decode.measured);  // GPU profiles: the curves
@@ -338,12 +351,8 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_FALSE(hl.decode.has_model_kinds);
   nlohmann::json kinds = layered;
   kinds["decode_step"]["model_per_moe_layer_s"] = 4e-5;
-  try {
-    (void)hardware_from_json(kinds, "x.json");
-    ADD_FAILURE() << "a per-kind term without the others was accepted";
-  } catch (const ac::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("decode_step.model_per_mamba_layer_s"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(kinds, "decode_step.model_per_mamba_layer_s",
+                        "a per-kind term without the others was accepted");
   kinds["decode_step"]["model_per_mamba_layer_s"] = 6e-5;
   kinds["decode_step"]["model_per_weight_byte_s"] = 2e-11;
   const HardwareProfile hk = hardware_from_json(kinds, "x.json");
@@ -378,12 +387,8 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_FALSE(hk.decode.has_row_rests);
   nlohmann::json row_rests = kinds;
   row_rests["decode_step"]["attn_per_row_s"] = 0;
-  try {
-    (void)hardware_from_json(row_rests, "x.json");
-    ADD_FAILURE() << "a further-row term without the others was accepted";
-  } catch (const ac::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("decode_step.attn_per_row_kv_s"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(row_rests, "decode_step.attn_per_row_kv_s",
+                        "a further-row term without the others was accepted");
   // The one-row rest's variable terms again and no fixed term per row: what a profile without
   // them charges, at every batch.
   row_rests["decode_step"]["attn_per_row_kv_s"] = 2e-10, row_rests["decode_step"]["attn_per_row_q_s"] = 7e-10;
@@ -423,12 +428,8 @@ TEST(CostCalibrate, DecodeStepCostFieldsAreChecked) {
   EXPECT_FALSE(same.decode.has_multirow);
   nlohmann::json multirow = row_rests;
   multirow["decode_step"]["gemv_multirow_per_mac_s"] = 3e-11;
-  try {
-    (void)hardware_from_json(multirow, "x.json");
-    ADD_FAILURE() << "gemv_multirow_per_mac_s without gemv_multirow_fixed_s was accepted";
-  } catch (const ac::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("decode_step.gemv_multirow_fixed_s"), std::string::npos) << e.what();
-  }
+  expect_refused_naming(multirow, "decode_step.gemv_multirow_fixed_s",
+                        "gemv_multirow_per_mac_s without gemv_multirow_fixed_s was accepted");
   const HardwareProfile hm = with_field(multirow, "gemv_multirow_fixed_s", 4e-6).second;
   EXPECT_TRUE(hm.decode.has_multirow);
   const double macs = 2 * 3 * 256 * 768 + 4096 * 256;
