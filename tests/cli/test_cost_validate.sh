@@ -42,6 +42,8 @@ for kind in ("attention_decode", "mlp_decode"):
     assert any(p["kind"] == kind and " x8 sequences" in p["shape"] for p in j["measurements"]["points"]), kind
 assert all(j["decode_step"][k] >= 0 for k in ("attn_per_row_s", "attn_per_row_kv_s", "attn_per_row_q_s", "mlp_per_row_s",
                                               "mlp_per_row_ffn_s")), j["decode_step"]
+# A call of 2-16 rows' own terms beyond the one-row call's (0 where one kernel serves both).
+assert all(j["decode_step"][k] >= 0 for k in ("gemv_multirow_fixed_s", "gemv_multirow_per_mac_s")), j["decode_step"]
 # ... each in windows spread over the pass (its start, middle and end), keeping the fastest.
 for p in j["measurements"]["points"]:
     if p["kind"] == "model_decode":
