@@ -14,6 +14,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/convert.h"
 #include "dist/error.h"
 #include "dist/communicator.h"
 #include "dist/cpu_features.h"
@@ -456,12 +457,14 @@ void measure_decode_steps(const CalibrationOptions& o, const torch::TensorOption
 // (expand 2, head dim 64, state 64, 2 groups) and a ReLU2 MLP (Nemotron-H's).
 constexpr int64_t kBlockHeadDim = 64;
 enum class BlockFamily { Dense, Moe, Mamba };
-model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks, BlockFamily family = BlockFamily::Dense) {
+model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks, const std::string& dtype,
+                           BlockFamily family = BlockFamily::Dense) {
   const int64_t heads = h / kBlockHeadDim;
   int64_t kv = std::max<int64_t>(1, heads / 2);  // GQA: the largest KV count <= heads / 2 dividing heads
   while (heads % kv != 0) --kv;
   model::ArchSpec spec;
   spec.hidden_size = h, spec.vocab_size = V, spec.max_position_embeddings = 4096;
+  spec.dtype = dtype;  // what the model runs in and the fits price it in
   model::LayerSpec l;
   if (family == BlockFamily::Mamba) {
     model::MambaSpec m;
@@ -482,10 +485,10 @@ model::ArchSpec block_spec(int64_t h, int64_t ffn, int64_t V, int blocks, BlockF
   spec.layers.assign(size_t(blocks), l);
   return spec;
 }
-// block_spec's model, weights initialised (seed 1), in eval mode.
-model::CausalLM block_model(const model::ArchSpec& spec, torch::Dtype dt) {
+// block_spec's model in its dtype, weights initialised (seed 1), in eval mode.
+model::CausalLM block_model(const model::ArchSpec& spec) {
   model::ModelOptions mo;
-  mo.dtype = dt;
+  mo.dtype = checkpoint::parse_dtype(spec.dtype, "block model dtype");
   model::CausalLM m(spec, model::TpGroup{}, mo);
   m->init_weights(1);
   m->eval();
@@ -582,14 +585,14 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 // Features: {hidden, ffn, vocabulary, blocks, family} (model_decode_spec).
 class ModelStepWindows {
  public:
-  ModelStepWindows(const CalibrationOptions& o, torch::Dtype dt) : calls_(o.quick ? kQuickDecodeCalls : kDecodeCalls) {
+  explicit ModelStepWindows(const CalibrationOptions& o) : calls_(o.quick ? kQuickDecodeCalls : kDecodeCalls) {
     const auto sizes = model_sizes(o.quick);
     for (size_t i = 0; i < sizes.size(); ++i)
       for (BlockFamily f : {BlockFamily::Dense, BlockFamily::Moe, BlockFamily::Mamba}) {
         if (f != BlockFamily::Dense && i >= (o.quick ? 1u : 2u)) continue;
         const auto [h, ffn, V] = sizes[i];
         models_.push_back({h, ffn, V, f});
-        for (int blocks : {1, 2}) steps_.emplace_back(block_model(block_spec(h, ffn, V, blocks, f), dt), V);
+        for (int blocks : {1, 2}) steps_.emplace_back(block_model(block_spec(h, ffn, V, blocks, o.dtype, f)), V);
       }
     windows_.assign(steps_.size(), {});
   }
@@ -630,12 +633,12 @@ class ModelStepWindows {
 // caches, timed as `cost validate` times a prefill (the layers, then the last token's logits):
 // the `model_prefill` points, whose time beyond the engine's prediction is the profile's
 // PrefillStepCost. Features: {prompt tokens, hidden, blocks, ffn, vocabulary}.
-void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const Stopwatch& clock,
+void measure_model_prefills(const CalibrationOptions& o, const Stopwatch& clock,
                             std::vector<CalibrationPoint>& points) {
   const std::vector<int64_t> prompts = o.quick ? std::vector<int64_t>{128} : std::vector<int64_t>{128, 512};
   for (const auto& [h, ffn, V] : model_sizes(o.quick))
     for (int blocks : {1, 2}) {
-      model::CausalLM m = block_model(block_spec(h, ffn, V, blocks), dt);
+      model::CausalLM m = block_model(block_spec(h, ffn, V, blocks, o.dtype));
       for (const int64_t p : prompts) {
         const double s = time_cold_prefill(m, torch::randint(0, V, {1, p}, torch::kLong),
                                            o.quick ? kQuickPrefillCalls : kPrefillCalls, clock, kPrefillWarmup);
@@ -649,8 +652,7 @@ void measure_model_prefills(const CalibrationOptions& o, torch::Dtype dt, const 
 // weights, activations and cache in `dtype` (the calibration's: what the point's model ran in).
 double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& engine, const std::vector<double>& f,
                              const std::string& dtype) {
-  model::ArchSpec spec = block_spec(int64_t(f.at(1)), int64_t(f.at(3)), int64_t(f.at(4)), int(f.at(2)));
-  spec.dtype = dtype;
+  const model::ArchSpec spec = block_spec(int64_t(f.at(1)), int64_t(f.at(3)), int64_t(f.at(4)), int(f.at(2)), dtype);
   return predict_prompt(spec, hw, engine, int64_t(f.at(0)), 1).ttft_s;
 }
 
@@ -1122,10 +1124,8 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
 }  // namespace
 
 model::ArchSpec model_decode_spec(const std::vector<double>& f, const std::string& dtype) {
-  model::ArchSpec spec =
-      block_spec(int64_t(f.at(0)), int64_t(f.at(1)), int64_t(f.at(2)), int(f.at(3)), BlockFamily(int(f.at(4))));
-  spec.dtype = dtype;
-  return spec;
+  return block_spec(int64_t(f.at(0)), int64_t(f.at(1)), int64_t(f.at(2)), int(f.at(3)), dtype,
+                    BlockFamily(int(f.at(4))));
 }
 
 void evict_cpu_caches() {
@@ -1165,7 +1165,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   const Stopwatch clock = Stopwatch::for_device(o.device);
   torch::NoGradGuard no_grad;
   const torch::Device dev(o.device == "cuda" ? torch::kCUDA : torch::kCPU);
-  const auto dt = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+  const torch::Dtype dt = checkpoint::parse_dtype(o.dtype);
   const int passes = o.quick ? 1 : std::max(1, o.passes);
   CalibrationOptions po = o;
   po.min_seconds = o.min_seconds / passes;
@@ -1179,7 +1179,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   // The whole-model decode points are timed in windows at each pass's start, middle and end.
   std::vector<std::vector<CalibrationPoint>> runs(static_cast<size_t>(passes));
   std::optional<ModelStepWindows> model_steps;
-  if (o.device == "cpu") model_steps.emplace(po, dt);
+  if (o.device == "cpu") model_steps.emplace(po);
   auto model_step_window = [&] {
     if (model_steps) model_steps->window(clock);
   };
@@ -1191,7 +1191,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     if (o.device == "cpu") measure_mamba_mixers(b, pts);
     model_step_window();
     if (o.device == "cpu") measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts);
-    if (o.device == "cpu") measure_model_prefills(po, dt, clock, pts);
+    if (o.device == "cpu") measure_model_prefills(po, clock, pts);
     model_step_window();
     if (model_steps) model_steps->add_points(pts);
     measure_copies(b, pts);
@@ -1249,8 +1249,7 @@ struct SpeedReference::State {
 SpeedReference::SpeedReference(const HardwareProfile& hw, const std::string& dtype) : state_(std::make_shared<State>()) {
   State& s = *state_;
   s.calibrated_s = hw.calibration_seconds;
-  const auto dt = dtype == "float32" ? torch::kFloat32 : dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
-  s.opt = torch::TensorOptions().dtype(dt);
+  s.opt = torch::TensorOptions().dtype(checkpoint::parse_dtype(dtype));
   torch::NoGradGuard no_grad;
   // The smallest model of the whole-model points, in the quick calibration and the full one.
   const auto [h, ffn, V] = model_sizes(true).front();
@@ -1258,7 +1257,7 @@ SpeedReference::SpeedReference(const HardwareProfile& hw, const std::string& dty
   s.decode_point = "model_decode " + model_decode_shape(h, ffn, V);
   s.prefill_point = "model_prefill " + model_prefill_shape(1, h, ffn, V, kPrompt);
   if (s.calibrated(s.decode_point) > 0 || s.calibrated(s.prefill_point) > 0) {
-    s.step.emplace(block_model(block_spec(h, ffn, V, 1), dt), V);
+    s.step.emplace(block_model(block_spec(h, ffn, V, 1, dtype)), V);
     s.prompt = torch::randint(0, V, {1, kPrompt}, torch::kLong);
   }
 }

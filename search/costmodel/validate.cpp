@@ -16,6 +16,7 @@
 #include <optional>
 #include <tuple>
 
+#include "checkpoint/convert.h"
 #include "dist/device.h"
 #include "dist/omp_env.h"
 #include "dist/tensor_memory.h"
@@ -278,7 +279,7 @@ void measure_case(const ValidationCase& c, const ValidationOptions& o, const Tim
   const int64_t base = live_bytes();
   if (!holder) {
     model::ModelOptions mo;
-    mo.dtype = o.dtype == "float32" ? torch::kFloat32 : o.dtype == "float16" ? torch::kFloat16 : torch::kBFloat16;
+    mo.dtype = checkpoint::parse_dtype(o.dtype);
     holder.emplace(spec, model::TpGroup{}, mo);
     (*holder)->init_weights(1234);  // on the host (the same values on any device), then moved
     (*holder)->to(dev);
