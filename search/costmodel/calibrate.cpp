@@ -63,9 +63,13 @@ double mamba_mixer_seconds(const HardwareProfile& hw, bool step, const std::vect
 }
 
 std::vector<double> gemv_features(double out, double in, double rows, double eb) {
-  const double extra = std::max(rows - 1.0, 0.0), multirow = std::min(extra, 1.0);
-  return {1.0, eb * (out * in + rows * (out + in)), out, extra * out, extra * out * in,
-          multirow, multirow * out * in * (1.0 + std::max(rows - 8.0, 0.0) / 8.0)};
+  std::vector<double> f;
+  for (const auto term : detail::kGemvLineTerms) {
+    HardwareProfile::DecodeStepCost unit;
+    unit.*term = 1.0;
+    f.push_back(detail::gemv_line<detail::Ops<detail::Vec>>(unit, out, in, rows, eb, eb));
+  }
+  return f;
 }
 
 namespace {
@@ -81,9 +85,7 @@ double decode_step_seconds(const HardwareProfile& hw, const std::string& kind, c
                            const std::vector<std::array<double, 3>>& gemms, double eb) {
   const auto& c = hw.decode;
   auto gemv = [&](double out, double in, double rows) {
-    const std::vector<double> g = gemv_features(out, in, rows, eb);
-    return c.gemv_fixed * g[0] + c.gemv_per_byte * g[1] + c.gemv_per_out * g[2] + c.gemv_per_row_out * g[3] +
-           c.gemv_per_row_mac * g[4] + c.gemv_multirow_fixed * g[5] + c.gemv_multirow_per_mac * g[6];
+    return detail::gemv_line<detail::Ops<detail::Vec>>(c, out, in, rows, eb, eb);
   };
   double t = 0;
   for (const auto& g : gemms) t += gemv(g[0], g[1], g[2]);
@@ -697,8 +699,7 @@ void fit_decode_steps(HardwareProfile& h, const std::vector<CalibrationPoint>& p
   if (X.empty()) return;
   const std::vector<double> c = fit_nonneg(X, t);
   auto& d = h.decode;
-  d.gemv_fixed = c[0], d.gemv_per_byte = c[1], d.gemv_per_out = c[2], d.gemv_per_row_out = c[3], d.gemv_per_row_mac = c[4];
-  d.gemv_multirow_fixed = c[5], d.gemv_multirow_per_mac = c[6];
+  for (size_t k = 0; k < c.size(); ++k) d.*detail::kGemvLineTerms[k] = c[k];
   d.measured = d.batched = d.has_multirow = true;
   // The rest of `kind`'s one-row or batched steps, fitted on the features [first, first + count)
   // of each point; the other terms (the GEMMs, the Mamba mixer, the first row's rest of a batched

@@ -93,8 +93,9 @@ double roofline_seconds(const HardwareProfile& hw, const std::string& kind, doub
 std::vector<double> mamba_prefill_features(double b, double s, double H, double P, double N, double G, double Q);
 std::vector<double> mamba_step_features(double b, double H, double P, double N);
 // Features of a GEMM of a [out, in] weight over `rows` rows on the decode GEMM line
-// (HardwareProfile::DecodeStepCost): {1, bytes, out, (rows - 1) out, (rows - 1) out in, m, m out in
-// (1 + max(rows - 8, 0) / 8)} with m = min(rows - 1, 1): a call of 2 or more rows' own terms.
+// (HardwareProfile::DecodeStepCost; formulas.h gemv_line): each gemv_* term's share alone,
+// {1, bytes, out, (rows - 1) out, (rows - 1) out in, m, m out in (1 + max(rows - 8, 0) / 8)}
+// with m = min(rows - 1, 1) (a call of 2 or more rows' own terms).
 std::vector<double> gemv_features(double out, double in, double rows, double elem_bytes);
 // A decode-step point's time by the profile's DecodeStepCost: "gemv" its GEMMs on the line; a "<kind>_decode" layer step as its GEMMs on the one-row line plus, when
 // `features` are given, the sublayer's fitted rest; `elem_bytes` per weight and activation

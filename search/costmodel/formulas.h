@@ -76,6 +76,29 @@ struct Ops<Vec> {
   static double scalar(double x, const Vec&) { return x; }
 };
 
+// The decode GEMM line (HardwareProfile::DecodeStepCost's gemv_* terms), written once: the
+// formulas charge it whole, the calibration fits its terms (gemv_features: each term alone).
+// A GEMM of a [out, in] weight over `rows` rows, weights of `wbytes` and activations of
+// `abytes` per element: the one-row GEMM streams the weight at its own rate; each further row
+// (a batched decode, an expert's tokens) adds its own cost per output and per multiply-add, not
+// another one-row GEMM's; a call of 2-16 rows (small_linear where the one-row call is LibTorch's
+// matrix-vector product) its own fixed cost and one more pass over the weight per 8 rows.
+inline constexpr double HardwareProfile::DecodeStepCost::*kGemvLineTerms[] = {
+    &HardwareProfile::DecodeStepCost::gemv_fixed,          &HardwareProfile::DecodeStepCost::gemv_per_byte,
+    &HardwareProfile::DecodeStepCost::gemv_per_out,        &HardwareProfile::DecodeStepCost::gemv_per_row_out,
+    &HardwareProfile::DecodeStepCost::gemv_per_row_mac,    &HardwareProfile::DecodeStepCost::gemv_multirow_fixed,
+    &HardwareProfile::DecodeStepCost::gemv_multirow_per_mac};
+template <typename O, typename A, typename B, typename R>
+auto gemv_line(const HardwareProfile::DecodeStepCost& c, const A& out, const B& in, const R& rows, double wbytes,
+               double abytes) {
+  const R extra = O::maximum(rows - 1.0, 0.0), multirow = O::minimum(extra, 1.0);
+  const R passes = multirow * (1.0 + O::maximum(rows - 8.0, 0.0) / 8.0);  // the 2-16-row kernel's, per 8 rows
+  return out * in * (wbytes * c.gemv_per_byte) + (in + out) * (rows * abytes * c.gemv_per_byte) +
+         out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) +
+         out * in * (extra * c.gemv_per_row_mac + passes * c.gemv_multirow_per_mac) +
+         multirow * c.gemv_multirow_fixed + c.gemv_fixed;
+}
+
 // Per-layer dimensions. An absent sublayer has keep 0 and harmless dimensions (no division
 // by zero); a soft architecture has keep and dims between the choices.
 template <typename T>
@@ -295,21 +318,14 @@ class Evaluator {
     return total + ops * hw_.kernel_overhead_s + calls * gemm_call_s();
   }
 
-  // A GEMM of a [out, in] weight over `rows` rows on a profile with a measured decode step
-  // (HardwareProfile::DecodeStepCost): the one-row GEMM streams the weight at its own rate; each
-  // further row (a batched decode, an expert's tokens) adds its own measured cost per output and
-  // per multiply-add, not another one-row GEMM's. Its weight bytes also cost the whole cold
-  // step's model_per_weight_byte beyond the pooled GEMMs' rate (fitted on one-row model steps,
-  // charged at any rows: docs/costmodel.md "Each further row of a batched step").
+  // A GEMM of a [out, in] weight over `rows` rows on a profile with a measured decode step: the
+  // decode GEMM line (gemv_line), plus the whole cold step's model_per_weight_byte on its weight
+  // bytes beyond the pooled GEMMs' rate (fitted on one-row model steps, charged at any rows:
+  // docs/costmodel.md "Each further row of a batched step").
   template <typename A, typename B, typename R>
   auto gemv(const A& out, const B& in, const R& rows) const {
-    const auto& c = hw_.decode;
-    const R extra = O::maximum(rows - 1.0, 0.0), multirow = O::minimum(extra, 1.0);
-    const R passes = multirow * (1.0 + O::maximum(rows - 8.0, 0.0) / 8.0);  // the 2-16-row kernel's, per 8 rows
-    return out * in * (g_.wbytes * (c.gemv_per_byte + c.model_per_weight_byte)) +
-           (in + out) * (rows * g_.abytes * c.gemv_per_byte) + out * c.gemv_per_out + out * (extra * c.gemv_per_row_out) +
-           out * in * (extra * c.gemv_per_row_mac + passes * c.gemv_multirow_per_mac) +
-           multirow * c.gemv_multirow_fixed + c.gemv_fixed;
+    return gemv_line<O>(hw_.decode, out, in, rows, g_.wbytes, g_.abytes) +
+           out * in * (g_.wbytes * hw_.decode.model_per_weight_byte);
   }
   // The GEMMs of a gated / plain MLP of width `ffn` at width `w` (gate and up, down), run as
   // separate calls by an engine that splits projections, else gate+up fused.
