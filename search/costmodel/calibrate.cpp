@@ -388,8 +388,13 @@ std::vector<LayerStep> layer_steps(const CalibrationOptions& o) {
 
 // Each step's time: weights cold, as in a model's decode step (the other layers' weights pass
 // through the caches in between) while the code and the allocator stay warm. Each size is a pool
-// of copies of the layer holding > 40 MiB of weights (16 quick), the steps go round the pool, and
-// the median of `rounds` rounds' medians is kept.
+// of copies of the layer whose weights one step reads (its GEMMs': a MoE step reads its router,
+// shared expert and top-k experts, not the other experts) total > 40 MiB (16 quick), more than the
+// last-level cache; the steps go round the pool, and the median of `rounds` rounds' medians is
+// kept. (Counting every weight instead, a MoE pool held 40 MiB of which its steps read 2-7 MiB,
+// the same experts each round: they ran from the cache, faster than their GEMMs on the decode
+// line, the MoE rest fitted to 0 and the whole-model fit put every expert's rest on
+// model_per_moe_layer. docs/costmodel.md "fp32 profiles".)
 std::vector<double> time_layer_steps(const std::vector<LayerStep>& steps, const CalibrationOptions& o,
                                      const torch::TensorOptions& opt, torch::Dtype dt, const Stopwatch& clock) {
   model::TpGroup tp{dist::make_self_communicator()};
@@ -402,11 +407,11 @@ std::vector<double> time_layer_steps(const std::vector<LayerStep>& steps, const 
       model::ArchSpec spec;
       spec.hidden_size = st.h, spec.vocab_size = 256, spec.layers = {st.layer};
       pool.clear();
-      double held = 0;
-      while (held < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
+      double read = 0;  // weight bytes one step of one copy reads
+      for (const auto& g : st.gemms) read += g[0] * g[1] * double(torch::elementSize(dt));
+      while (double(pool.size()) * read < (o.quick ? 16.0 : 40.0) * 1048576 || pool.size() < 3) {
         pool.emplace_back(spec, 0, tp, dt);
         pool.back()->eval();
-        for (const auto& q : pool.back()->parameters()) held += double(q.numel() * q.element_size());
       }
     }
     // Each member's own cache of `past` tokens per sequence: the first one's, prefilled, copied.
