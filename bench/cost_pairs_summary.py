@@ -3,8 +3,9 @@
 latency, prefill, decode B=1, TPOT B=4 / B=8 (each with its mean signed error), memory MAPE,
 the profile's decode-step terms (the cold step's fixed, per-layer and, where fitted, per MoE /
 Mamba layer and per weight byte; each further row's attention per-kv and MLP per-ffn rest over
-the first row's), each group's batched TPOT error minus its rows' B=1 error, and the spread of
-latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
+the first row's), each group's batched TPOT error minus its rows' B=1 error, the base rows'
+prefill and decode B=1 MAPE by each row's median sweep beside the fastest one the report uses,
+and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
 Given a second DIR (a baseline's pairs), its table too and the ratio of the mean latency MAPEs.
   cost_pairs_summary.py DIR [BASELINE_DIR]"""
 import glob
@@ -48,6 +49,32 @@ def batched_slope(paths):
         print(f"TPOT B={b} minus the row's B=1 error, mean (mean abs) per group: " + ", ".join(cells))
 
 
+def median(v):
+    v = sorted(v)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+
+
+def by_sweep_statistic(paths):
+    """The base rows' prefill and decode B=1 MAPE (mean signed) with each row's time taken as its
+    fastest sweep's median (what `cost validate` reports) and as the median of its sweeps' medians:
+    how much of an error is the fastest-sweep statistic's pull on noisy rows."""
+    for p in paths:
+        r = load(p)
+        sweeps, per = r["sweeps"], {"prefill": r["repeats"], "decode": r["decode_steps"]}
+        cells = []
+        for key, n in per.items():
+            for label, pick in (("fastest", min), ("median", median)):
+                e = []
+                for x in r["rows"]:
+                    s = x.get("samples_s", {}).get(key, [])
+                    if len(s) >= sweeps * n:
+                        e.append(x[key + "_s"]["predicted"] / pick([median(s[i * n:(i + 1) * n]) for i in range(sweeps)]) - 1)
+                if e:
+                    cells.append(f"{key} {label} {pct(sum(map(abs, e)) / len(e))} ({100 * sum(e) / len(e):+.1f}%)")
+        name = p.split(os.sep)[-2].split("-")[-1]
+        print(f"pair {name}, each row's sweep: " + ", ".join(cells))
+
+
 def table(out_dir):
     # bench_cost_pairs.sh's output, or the compressed copies under docs/data/cost_pairs/
     paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or
@@ -88,6 +115,7 @@ def table(out_dir):
               f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} | {kinds} | {rows_rest} |")
         lat.append(m["latency"])
     batched_slope(paths)
+    by_sweep_statistic(paths)
     print(f"{out_dir}: latency MAPE {pct(min(lat))}-{pct(max(lat))} over {len(lat)} pairs "
           f"(spread {100 * (max(lat) - min(lat)):.1f} points)")
     return sum(lat) / len(lat)
