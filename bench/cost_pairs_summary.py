@@ -6,11 +6,16 @@ Mamba layer and per weight byte; each further row's attention per-kv and MLP per
 the first row's), each group's batched TPOT error minus its rows' B=1 error, the base rows'
 prefill and decode B=1 MAPE by each row's median sweep beside the fastest one the report uses,
 and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
-Given a second DIR (a baseline's pairs), its table too and the ratio of the mean latency MAPEs.
+Given a second DIR (a baseline's pairs), its table too, the ratio of the mean latency MAPEs, and
+each side of the error apart: candidate / baseline predicted time (what the candidate's
+calibration changed) and measured time (what the machine did between the two arms' validations,
+which run the same code), geometric means over the architectures. A MAPE ratio means little
+when the measured ratio moves more than the predicted one.
   cost_pairs_summary.py DIR [BASELINE_DIR]"""
 import glob
 import gzip
 import json
+import math
 import os
 import sys
 
@@ -75,6 +80,31 @@ def by_sweep_statistic(paths):
         print(f"pair {name}, each row's sweep: " + ", ".join(cells))
 
 
+def times(out_dir, key):
+    """{architecture: ([predicted...], [measured...], kinds)} over the pairs under out_dir."""
+    out = {}
+    for p in glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or \
+            glob.glob(os.path.join(out_dir, "pair-*", "validate.json.gz")):
+        for r in load(p)["rows"]:
+            pred, meas, _ = out.setdefault(r["name"], ([], [], r["kinds"]))
+            pred.append(r[key + "_s"]["predicted"])
+            meas.append(r[key + "_s"]["measured"])
+    return out
+
+
+def sides(cand_dir, base_dir):
+    """Candidate / baseline predicted and measured time, decode B=1 and prefill."""
+    mean = lambda v: sum(v) / len(v)
+    for key in ("decode", "prefill"):
+        cand, base = times(cand_dir, key), times(base_dir, key)
+        names = sorted(set(cand) & set(base))
+        ratio = lambda rows, at: math.exp(mean([math.log(mean(cand[n][at]) / mean(base[n][at])) for n in rows]))
+        moe = [n for n in names if "E" in cand[n][2]]
+        print(f"{key}: predicted candidate / baseline {ratio(names, 0):.3f}"
+              + (f" (MoE rows {ratio(moe, 0):.3f})" if moe else "")
+              + f", measured candidate / baseline {ratio(names, 1):.3f} over {len(names)} architectures")
+
+
 def table(out_dir):
     # bench_cost_pairs.sh's output, or the compressed copies under docs/data/cost_pairs/
     paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or
@@ -128,3 +158,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3:
         base = table(sys.argv[2])
         print(f"mean latency MAPE: {pct(mean)} vs baseline {pct(base)} (ratio {mean / base:.2f})")
+        sides(sys.argv[1], sys.argv[2])
