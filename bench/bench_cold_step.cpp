@@ -9,7 +9,6 @@
 // (alternately weight seed 1 and 1234) in turn: how far one model's copies differ.
 //
 //   bench_cold_step ARCH.json ARCH2.json DTYPE [ROUNDS=6] [INSTANCES=6]
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -26,11 +25,7 @@ namespace {
 
 using ac::model::CausalLM;
 using ac::model::InferenceCache;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using ac::search::median;
 
 struct Bench {
   ac::model::ArchSpec spec, spec2;

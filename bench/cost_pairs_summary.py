@@ -80,11 +80,21 @@ def by_sweep_statistic(paths):
         print(f"pair {name}, each row's sweep: " + ", ".join(cells))
 
 
+def reports(out_dir):
+    """The pairs' reports in pair order: bench_cost_pairs.sh's output, or the compressed copies
+    under docs/data/cost_pairs/."""
+    paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or
+                   glob.glob(os.path.join(out_dir, "pair-*", "validate.json.gz")),
+                   key=lambda p: int(p.split("pair-")[-1].split(os.sep)[0]))
+    if not paths:
+        sys.exit(f"{out_dir}: no pair-*/validate.json")
+    return paths
+
+
 def times(out_dir, key):
     """{architecture: ([predicted...], [measured...], kinds)} over the pairs under out_dir."""
     out = {}
-    for p in glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or \
-            glob.glob(os.path.join(out_dir, "pair-*", "validate.json.gz")):
+    for p in reports(out_dir):
         for r in load(p)["rows"]:
             pred, meas, _ = out.setdefault(r["name"], ([], [], r["kinds"]))
             pred.append(r[key + "_s"]["predicted"])
@@ -106,12 +116,7 @@ def sides(cand_dir, base_dir):
 
 
 def table(out_dir):
-    # bench_cost_pairs.sh's output, or the compressed copies under docs/data/cost_pairs/
-    paths = sorted(glob.glob(os.path.join(out_dir, "pair-*", "validate.json")) or
-                   glob.glob(os.path.join(out_dir, "pair-*", "validate.json.gz")),
-                   key=lambda p: int(p.split("pair-")[-1].split(os.sep)[0]))
-    if not paths:
-        sys.exit(f"{out_dir}: no pair-*/validate.json")
+    paths = reports(out_dir)
     print("| pair | latency | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
           "| per MoE / Mamba layer, per weight byte | further row / first: attn kv, MLP ffn |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
