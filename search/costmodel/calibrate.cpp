@@ -746,6 +746,8 @@ double model_decode_seconds(const HardwareProfile& hw, const EngineProfile& engi
   return predict_prompt(model_decode_spec(f, dtype), hw, engine, kModelDecodePast, 1).tpot_s;
 }
 
+}  // namespace
+
 // The cold model step's rest: each model_decode point's time = the engine's prediction without
 // it + model_fixed + each sublayer's rest by kind + model_per_weight_byte x the weight bytes
 // its GEMMs read (non-negative). A term's feature is what the formulas charge per unit of it,
@@ -777,6 +779,8 @@ void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& 
   for (size_t j = 0; j < terms.size(); ++j) h.decode.*terms[j] = c[j];
   h.decode.has_model_fixed = h.decode.has_model_per_layer = h.decode.has_model_kinds = true;
 }
+
+namespace {
 
 // ---- calibrate's steps: the measurements in order, then the fits ---------------------------
 

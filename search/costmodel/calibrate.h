@@ -82,6 +82,14 @@ std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<Calibra
 // time calibration and validation keep of repeated timings.
 double median(std::vector<double> v);
 
+// The whole-model decode rest of `h` (DecodeStepCost's model_fixed, per layer, per MoE and
+// Mamba layer, per weight byte; non-negative) refitted to the `model_decode` points (their
+// `seconds` and `features`) as the last step of calibrate() does: what the fitted profile
+// predicts for those models without it, subtracted. No-op unless `h.decode.measured`.
+// bench/bench_cost_replay refits stored profiles with it.
+void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine,
+                       const std::string& dtype);
+
 // Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
 // `rows`: a GEMM's rows (0: many, no matrix-vector penalty).
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);
