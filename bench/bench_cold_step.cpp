@@ -1,16 +1,21 @@
 // Does the way a cold decode step is timed change its time (issue 37, the fp32 decode B=1 lean)?
 // One model, one process, by the calibration's clock (process CPU time, one thread), each step
-// after evict_cpu_caches(), rounds in turn:
-//   calibration  `cost calibrate`'s ColdStep: a copy of one 8-token cache, the same token,
-//                the copy dropped inside the timed span, the model timed in turn with a second one
-//   alone        the same, the one model only
-//   validation   `cost validate`'s step: a prefill of 8 tokens, then 16 steps on the growing cache
-// each the median of its calls, and validation / calibration; then K instances of the model
+// after evict_cpu_caches(), four ways per round, their order rotating from round to round:
+//   calibration  the twenty-first to twenty-eighth sessions' calibration: ColdStep (a copy of one
+//                8-token cache, the same token, the copy dropped inside the timed span), call by
+//                call in turn with a second model (ARCH2)
+//   alone        the same, the one model only (`ColdStep::time`: the calibration since, and the
+//                speed reference's probe)
+//   validation   a prefill of 8 tokens, then 16 steps on the growing cache
+//   warm         `cost validate`'s whole sequence: an untimed prefill and 16 untimed steps, three
+//                prefills, then the 16 timed steps
+// each the median of its calls, and each over calibration; then K instances of the model
 // (alternately weight seed 1 and 1234) in turn: how far one model's copies differ.
 //
 //   bench_cold_step ARCH.json ARCH2.json DTYPE [ROUNDS=6] [INSTANCES=6]
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,13 +59,24 @@ struct Bench {
     }
     return clock.now() - a;
   }
-  // Validation's decode: a prefill of 8 tokens, then 16 timed steps on the growing cache.
-  double validation_steps(CausalLM& m) const {
+  // Validation's decode: a prefill of 8 tokens, then 16 timed steps on the growing cache. `warm`:
+  // `cost validate`'s whole sequence (measure_case), an untimed prefill and 16 untimed steps and
+  // two more prefills first, the timed steps then on the third prefill's cache.
+  double validation_steps(CausalLM& m, bool warm) const {
     const auto ids = torch::randint(0, spec.vocab_size, {1, 8}, torch::kLong);
     const auto toks = torch::randint(0, spec.vocab_size, {16, 1, 1}, torch::kLong);
-    InferenceCache cache = m->new_cache();
-    ac::search::evict_cpu_caches();
-    (void)m->logits_local(m->hidden_states(ids, &cache).slice(1, 7, 8));
+    InferenceCache cache;
+    auto prefill = [&] {
+      cache = m->new_cache();
+      ac::search::evict_cpu_caches();
+      (void)m->logits_local(m->hidden_states(ids, &cache).slice(1, 7, 8));
+    };
+    if (warm) {
+      prefill();
+      for (int64_t s = 0; s < 16; ++s) ac::search::evict_cpu_caches(), (void)m->forward(toks[s], &cache);
+      prefill(), prefill();
+    }
+    prefill();
     std::vector<double> t;
     for (int64_t s = 0; s < 16; ++s) {
       ac::search::evict_cpu_caches();
@@ -90,18 +106,34 @@ int main(int argc, char** argv) {
   CausalLM m = b.build(b.spec, 1), m2 = b.build(b.spec2, 1);
   const InferenceCache f = b.filled(m), f2 = b.filled(m2);
   constexpr int kCalls = 9;
-  for (int r = 0; r < rounds; ++r) {
-    std::vector<double> turn, alone;
+  // The four ways, in an order that rotates from round to round (a trend within a round, e.g.
+  // a speed state changing, then falls on each way alike).
+  auto turn = [&] {
+    std::vector<double> t;
     for (int i = 0; i <= kCalls; ++i) {
-      const double t = b.cold_step(m, f);
+      const double s = b.cold_step(m, f);
       (void)b.cold_step(m2, f2);
-      if (i > 0) turn.push_back(t);
+      if (i > 0) t.push_back(s);
     }
+    return median(t);
+  };
+  auto alone = [&] {
+    std::vector<double> t;
     for (int i = 0; i <= kCalls; ++i)
-      if (const double t = b.cold_step(m, f); i > 0) alone.push_back(t);
-    const double cal = median(turn), val = b.validation_steps(m);
-    std::printf("round %d  calibration %.3f ms  alone %.3f ms  validation %.3f ms  validation/calibration %.2f\n", r,
-                cal * 1e3, median(alone) * 1e3, val * 1e3, val / cal);
+      if (const double s = b.cold_step(m, f); i > 0) t.push_back(s);
+    return median(t);
+  };
+  const std::vector<std::function<double()>> ways = {turn, alone, [&] { return b.validation_steps(m, false); },
+                                                     [&] { return b.validation_steps(m, true); }};
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> t(ways.size());
+    for (size_t k = 0; k < ways.size(); ++k) {
+      const size_t w = (k + size_t(r)) % ways.size();
+      t[w] = ways[w]();
+    }
+    std::printf("round %d  calibration %.3f ms  alone %.3f ms  validation %.3f ms  warm %.3f ms  / calibration: "
+                "alone %.2f  validation %.2f  warm %.2f\n", r, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3,
+                t[1] / t[0], t[2] / t[0], t[3] / t[0]);
     std::fflush(stdout);
   }
   std::vector<CausalLM> ms;

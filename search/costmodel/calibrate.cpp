@@ -525,25 +525,6 @@ struct ColdStep {
     return time_cold([&] { step(); }, n, clock);
   }
 };
-// The cold steps of steps[first, first + count) timed call by call in turn (after one untimed
-// round), each the median of its n calls: a machine whose latency-bound work switches between
-// a fast and a slow state from one second to the next (docs/costmodel.md, "The cold decode
-// step is bimodal") then puts the same states into every model's median, and their
-// differences (what a block adds) do not depend on which state each happened to be timed in.
-std::vector<double> time_cold_in_turn(std::vector<ColdStep>& steps, size_t first, size_t count, int n,
-                                      const Stopwatch& clock) {
-  std::vector<std::vector<double>> t(count);
-  for (int i = 0; i <= n; ++i)
-    for (size_t k = 0; k < count; ++k) {
-      evict_cpu_caches();
-      const double a = clock.now();
-      steps[first + k].step();
-      if (i > 0) t[k].push_back(clock.now() - a);
-    }
-  std::vector<double> out;
-  for (auto& v : t) out.push_back(median(std::move(v)));
-  return out;
-}
 // The cold prefill of `p` tokens into an empty cache, then the last token's logits (as `cost
 // validate` times a prefill): the median of n calls after `warmup` untimed ones.
 double time_cold_prefill(model::CausalLM& m, const torch::Tensor& ids, int n, const Stopwatch& clock, int warmup) {
@@ -589,6 +570,12 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 // keeps its fastest window's median (as validation keeps its fastest sweep's), and the
 // profile lists every window's (`window_s`). Over six calibrations the points moved
 // 1.05-1.25x (three-pass ones 1.03-1.37x; docs/costmodel.md, "Windows over each pass").
+// In a window each model's steps run back to back (ColdStep::time, as the speed reference
+// probes them), the one-block model's, then the two-block one's, a fraction of a second apart,
+// so both see the same speed state. Call by call in turn with the other model, an fp32 step
+// ran 4-9% slower than alone or in validation's sequence (bench_cold_step: 38-41 of 48 rounds;
+// bf16 0.98-1.01), and the fitted rest carried that into every fp32 prediction
+// (docs/costmodel.md, "Timed in turn").
 // Features: {hidden, ffn, vocabulary, blocks, family} (model_decode_spec).
 class ModelStepWindows {
  public:
@@ -603,12 +590,9 @@ class ModelStepWindows {
       }
     windows_.assign(steps_.size(), {});
   }
-  // One window: each model's one- and two-block steps call by call in turn, each median kept.
+  // One window: each model's one-block steps, then its two-block steps, each median kept.
   void window(const Stopwatch& clock) {
-    for (size_t i = 0; i < models_.size(); ++i) {
-      const std::vector<double> s = time_cold_in_turn(steps_, 2 * i, 2, calls_, clock);
-      for (size_t b = 0; b < 2; ++b) windows_[2 * i + b].push_back(s[b]);
-    }
+    for (size_t k = 0; k < steps_.size(); ++k) windows_[k].push_back(steps_[k].time(calls_, clock));
   }
   // The points of the windows since the last call, in model_sizes order.
   void add_points(std::vector<CalibrationPoint>& points) {

@@ -597,6 +597,28 @@ std::string write_cached(const std::string& cache, const CalibrationOptions& o, 
   return path;
 }
 
+// A calibration's whole-model decode points as its JSON lists them (kind, features, seconds),
+// each time scaled by `factor`, refitted into the loaded profile (fit_model_decodes, as
+// bench_cost_replay refits stored profiles); the decode step it then predicts for a four-block
+// model of the first point's size (beyond the points' one and two blocks).
+double refit_four_block_decode_s(const CalibrationResult& r, const std::string& dtype, double factor) {
+  const nlohmann::json j = r.to_json();
+  HardwareProfile h = hardware_from_json(j, "profile.json");
+  std::vector<CalibrationPoint> steps;
+  for (const auto& q : j["measurements"]["points"])
+    if (q["kind"] == "model_decode") {
+      CalibrationPoint p;
+      p.kind = "model_decode", p.seconds = factor * q["seconds"].get<double>();
+      p.features = q["features"].get<std::vector<double>>();
+      steps.push_back(p);
+    }
+  const EngineProfile eager = load_engine(kPrefillEngine, AC_SOURCE_DIR "/configs");
+  if (factor != 0) fit_model_decodes(h, steps, eager, dtype);
+  std::vector<double> deep = steps.at(0).features;
+  deep.at(3) = 4;
+  return predict_prompt(model_decode_spec(deep, dtype), h, eager, kModelDecodePast, 1).tpot_s;
+}
+
 }  // namespace
 
 // An f32 calibration prices its whole-model points in f32: each model_decode point's model, as a
@@ -630,6 +652,11 @@ TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
     EXPECT_GT(pred / p.seconds, 1 / bound) << why;
   }
   EXPECT_GE(points, 4);  // quick: dense, MoE and Mamba models of one and two blocks
+  // The stored points refit the stored profile's decode rest (factor 0: the profile as loaded),
+  // and slower points a dearer one.
+  const double stored = refit_four_block_decode_s(r, o.dtype, 0);
+  EXPECT_NEAR(refit_four_block_decode_s(r, o.dtype, 1), stored, 1e-9 * stored);
+  EXPECT_GT(refit_four_block_decode_s(r, o.dtype, 1.5), 1.1 * stored);
   // The 2-16-row call's own terms are fitted, and a profile cached before them is recalibrated.
   EXPECT_TRUE(r.profile.decode.has_multirow);
   nlohmann::json older = r.to_json();
