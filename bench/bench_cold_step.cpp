@@ -1,15 +1,15 @@
 // Does the way a cold decode step is timed change its time (issue 37, the fp32 decode B=1 lean)?
 // One model, one process, by the calibration's clock (process CPU time, one thread), each step
 // after evict_cpu_caches(), four ways per round, their order rotating from round to round:
-//   calibration  the twenty-first to twenty-eighth sessions' calibration: ColdStep (a copy of one
-//                8-token cache, the same token, the copy dropped inside the timed span), call by
-//                call in turn with a second model (ARCH2)
+//   in turn      the twenty-first to twenty-eighth sessions' calibration (the baseline): ColdStep
+//                (a copy of one 8-token cache, the same token, the copy dropped inside the timed
+//                span), call by call in turn with a second model (ARCH2)
 //   alone        the same, the one model only (`ColdStep::time`: the calibration since, and the
 //                speed reference's probe)
 //   validation   a prefill of 8 tokens, then 16 steps on the growing cache
 //   warm         `cost validate`'s whole sequence: an untimed prefill and 16 untimed steps, three
 //                prefills, then the 16 timed steps
-// each the median of its calls, and each over calibration; then K instances of the model
+// each the median of its calls, and each over the in-turn one; then K instances of the model
 // (alternately weight seed 1 and 1234) in turn: how far one model's copies differ.
 //
 //   bench_cold_step ARCH.json ARCH2.json DTYPE [ROUNDS=6] [INSTANCES=6]
@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
       const size_t w = (k + size_t(r)) % ways.size();
       t[w] = ways[w]();
     }
-    std::printf("round %d  calibration %.3f ms  alone %.3f ms  validation %.3f ms  warm %.3f ms  / calibration: "
+    std::printf("round %d  in turn %.3f ms  alone %.3f ms  validation %.3f ms  warm %.3f ms  / in turn: "
                 "alone %.2f  validation %.2f  warm %.2f\n", r, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3,
                 t[1] / t[0], t[2] / t[0], t[3] / t[0]);
     std::fflush(stdout);
