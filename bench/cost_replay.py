@@ -18,34 +18,20 @@ stored profile back.
   cost_replay.py [--bin build/bench/bench_cost_replay] DIR..."""
 import argparse
 import glob
-import gzip
 import json
 import os
 import subprocess
 import tempfile
 
+from cost_pairs_summary import group, load, median  # the same folder's pair summary
+
 CAL = ("fastest", "median")
-
-
-def median(v):
-    v = sorted(v)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
 
 
 # Each statistic of one row's sweep medians `m`, given the speed ratio `s` around each sweep.
 VAL = {"fastest": lambda m, s: min(m), "median": lambda m, s: median(m),
        "probe": lambda m, s: median([x / r for x, r in zip(m, s)])}
 KEYS = [(c, v) for c in CAL for v in VAL]
-
-
-def load(path):
-    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
-        return json.load(f)
-
-
-def group(name):
-    return ("dense" if name.startswith("dense") else "MoE" if name.startswith("moe") else
-            "hybrid" if name.startswith(("hybrid", "mamba")) else "hetero")
 
 
 def profile_of(report):
