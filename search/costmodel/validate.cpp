@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/cost_model.h"
+#include "search/costmodel/local_profile.h"
 
 namespace ac::search {
 
@@ -351,6 +352,28 @@ void summarize_regimes(ValidationResult& r) {
 
 }  // namespace
 
+std::vector<double> sweep_speed(const std::vector<std::vector<SpeedProbe>>& speed_by_sweep, const std::string& kind) {
+  auto ratio_of = [&](const std::vector<SpeedProbe>& probes) {
+    for (const SpeedProbe& q : probes)
+      if (q.point.rfind(kind, 0) == 0 && q.calibrated_s > 0 && q.now_s > 0) return q.ratio();
+    return 0.0;
+  };
+  std::vector<double> out;
+  for (size_t k = 0; k + 1 < speed_by_sweep.size(); ++k) {
+    const double before = ratio_of(speed_by_sweep[k]), after = ratio_of(speed_by_sweep[k + 1]);
+    if (before <= 0 || after <= 0) return {};
+    out.push_back(std::sqrt(before * after));
+  }
+  return out;
+}
+
+double speed_normalized_time(const std::map<int, double>& sweep_medians, const std::vector<double>& speed) {
+  std::vector<double> at_speed;
+  for (const auto& [k, m] : sweep_medians)
+    if (k >= 0 && size_t(k) < speed.size()) at_speed.push_back(m / speed[size_t(k)]);
+  return at_speed.empty() ? 0.0 : median(at_speed);
+}
+
 ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine_in,
                                      const ValidationOptions& o, const std::vector<ValidationCase>& cases) {
   tensor_memory::install();
@@ -388,6 +411,12 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   if (!r.speed_by_sweep.empty()) r.speed_start = r.speed_by_sweep.front(), r.speed_end = r.speed_by_sweep.back();
   // Per regime and sweep: the sum of log(sweep median / predicted) over architectures, and their count.
   std::map<std::string, std::vector<std::pair<double, int>>> log_ratio;
+  const std::vector<double> prefill_speed = sweep_speed(r.speed_by_sweep, "model_prefill");
+  const std::vector<double> decode_speed = sweep_speed(r.speed_by_sweep, "model_decode");
+  const bool at_speed = !prefill_speed.empty() && !decode_speed.empty();
+  if (at_speed) r.mape_prefill_at_speed = r.mape_decode_at_speed = r.mape_latency_at_speed = 0;
+  for (const auto& probes : r.speed_by_sweep)
+    for (const SpeedProbe& q : probes) r.speed_moved = std::max(r.speed_moved, std::fabs(q.ratio() - 1));
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Samples& sm = samples[ci];
     model::ArchSpec spec = cases[ci].spec;
@@ -407,6 +436,11 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     row.wall_prefill_s = sm.prefill_wall.fastest_window();
     row.wall_decode_s = sm.steps_wall.fastest_window();
     row.prefill_samples_s = sm.prefill.t, row.decode_samples_s = sm.steps.t;
+    if (at_speed) {
+      const double n = double(cases.size());
+      r.mape_prefill_at_speed += ape(p.ttft_s, speed_normalized_time(sm.prefill.medians(), prefill_speed)) / n;
+      r.mape_decode_at_speed += ape(p.tpot_s, speed_normalized_time(sm.steps.medians(), decode_speed)) / n;
+    }
     r.rows.push_back(row);
     // The regime rows: the base row's two, then the others measured.
     auto add = [&](int64_t prompt, int64_t batch, bool decode, const Series& measured) {
@@ -437,6 +471,7 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
     r.mape_memory += ape(row.predicted_memory_bytes, row.measured_memory_bytes) / n;
   }
   r.mape_latency = (r.mape_prefill + r.mape_decode) / 2;
+  if (at_speed) r.mape_latency_at_speed = (r.mape_prefill_at_speed + r.mape_decode_at_speed) / 2;
   summarize_regimes(r);
   for (const auto& e : r.by_regime) {
     SweepRatios row{e.key, {}};
@@ -514,6 +549,16 @@ nlohmann::json ValidationResult::to_json() const {
           {"rows", rows_j},
           {"machine_speed", speed},
           {"mape", {{"prefill", mape_prefill}, {"decode", mape_decode}, {"latency", mape_latency}, {"memory", mape_memory}}},
+          {"mape_at_calibration_speed",
+           mape_latency_at_speed < 0
+               ? nlohmann::json(nullptr)
+               : nlohmann::json{{"prefill", mape_prefill_at_speed},
+                                {"decode", mape_decode_at_speed},
+                                {"latency", mape_latency_at_speed},
+                                {"speed_moved", speed_moved},
+                                {"how", "each sweep's median divided by the speed reference's ratio around that sweep "
+                                        "(model_prefill / model_decode probe, geometric mean of the probes before "
+                                        "and after it), the median over sweeps against the prediction"}}},
           {"prompts", options.prompts},
           {"concurrency", options.concurrency},
           {"regime_rows", regimes_j},
@@ -554,6 +599,15 @@ std::string ValidationResult::table() const {
                 "MAPE over %zu architectures: prefill %.1f%%, decode %.1f%% (latency %.1f%%), memory %.1f%%\n",
                 rows.size(), 100 * mape_prefill, 100 * mape_decode, 100 * mape_latency, 100 * mape_memory);
   out += buf;
+  if (mape_latency_at_speed >= 0) {
+    const double tolerance = LocalProfileOptions{}.spot_tolerance;
+    std::snprintf(buf, sizeof buf,
+                  "at the calibration's speed (each sweep divided by the speed probe around it): prefill %.1f%%, "
+                  "decode %.1f%% (latency %.1f%%); the probe moved up to %.0f%% during the run%s\n",
+                  100 * mape_prefill_at_speed, 100 * mape_decode_at_speed, 100 * mape_latency_at_speed,
+                  100 * speed_moved, speed_moved > tolerance ? ", more than the spot check's tolerance: read this figure" : "");
+    out += buf;
+  }
   out += speed_table();
   out += regimes_table();
   out += sweeps_table();

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -105,12 +106,28 @@ struct ValidationResult {
   std::vector<RegimeRow> regime_rows;
   std::vector<ErrorSummary> by_regime, by_kind;
   std::vector<SweepRatios> by_sweep;  // per regime, in the order of by_regime
+  // The same MAPE at the calibration's speed (speed_normalized_time; the base rows, B=1): on a
+  // machine whose speed drifts during the run (a co-tenant on the host) it separates the drift
+  // from the model's error; on a steady one the probes' own noise makes it the noisier figure
+  // (docs/costmodel.md "The AVX2-only class, measured"). -1 without a speed reference.
+  double mape_prefill_at_speed = -1, mape_decode_at_speed = -1, mape_latency_at_speed = -1;
+  double speed_moved = 0;  // the largest |probe ratio - 1| over the run
   nlohmann::json to_json() const;
   std::string table() const;
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
   std::string speed_table() const;    // the speed reference's ratios, probe by probe
   std::string sweeps_table() const;   // by_sweep ("" with one sweep)
 };
+
+// Each sweep's speed ratio (time now / at calibration) by the reference's probes whose point
+// starts with `kind` ("model_decode", "model_prefill"): the geometric mean of that sweep's probe
+// before it and the one after. Empty when no probe has that kind.
+std::vector<double> sweep_speed(const std::vector<std::vector<SpeedProbe>>& speed_by_sweep, const std::string& kind);
+
+// A measured time at the calibration's speed: the median over sweeps of each sweep's median
+// divided by that sweep's speed ratio (sweep index -> median; sweeps without a ratio skipped);
+// 0 when none is left.
+double speed_normalized_time(const std::map<int, double>& sweep_medians, const std::vector<double>& speed);
 
 ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProfile& engine,
                                      const ValidationOptions& options, const std::vector<ValidationCase>& cases);

@@ -18,6 +18,7 @@ expect_out "MAPE over 3 architectures: prefill"
 expect_out "dense-256-4L"
 expect_out "machine speed vs the profile's calibration"
 expect_out "measured / predicted by sweep"
+expect_out "at the calibration's speed (each sweep divided by the speed probe around it): prefill"
 ls "$CACHE"/hardware/cpu-local-*.json >/dev/null 2>&1 || fail "no profile in the cache"
 python3 - "$CACHE" <<'PY' || fail "cached profile"
 import glob, json, sys
@@ -107,6 +108,20 @@ for regime, part, per in (("ttft p=64", "prefill", 2), ("tpot B=1", "decode", 4)
         logs = [math.log(med(r["samples_s"][part][k * per:(k + 1) * per]) / r[part + "_s"]["predicted"]) for r in j["rows"]]
         want = math.exp(sum(logs) / len(logs))
         assert abs(by[regime][k] / want - 1) < 1e-9, (regime, k, by[regime], want)
+# At the calibration's speed: each sweep's median divided by the probe's ratio around it (the
+# geometric mean of the probe before and after), the median over sweeps against the prediction.
+at = j["mape_at_calibration_speed"]
+for part, kind, per in (("prefill", "model_prefill", 2), ("decode", "model_decode", 4)):
+    ratios = [n / probes[kind]["calibrated_s"] for n in probes[kind]["now_s"]]
+    speed = [math.sqrt(ratios[k] * ratios[k + 1]) for k in range(2)]
+    err = 0
+    for r in j["rows"]:
+        v = r["samples_s"][part]
+        t = med([med(v[k * per:(k + 1) * per]) / speed[k] for k in range(2)])
+        err += abs(r[part + "_s"]["predicted"] - t) / t / len(j["rows"])
+    assert abs(at[part] - err) < 1e-9, (part, at, err)
+assert abs(at["latency"] - (at["prefill"] + at["decode"]) / 2) < 1e-12, at
+assert at["speed_moved"] >= 0, at
 print("report ok")
 PY
 

@@ -21,6 +21,7 @@
 #include "search/costmodel/cost_model.h"
 #include "search/costmodel/local_profile.h"
 #include "search/costmodel/profiles.h"
+#include "search/costmodel/validate.h"
 #include "dist/cpu_features.h"
 #include "dist/communicator.h"
 #include "dist/omp_env.h"
@@ -529,6 +530,37 @@ TEST(CostCalibrate, GemmLineFieldsAreChecked) {
   auto flat = j;
   flat["gemm_line"]["per_weight_byte_s"] = 0, flat["gemm_line"]["per_flop_s"] = 0;
   EXPECT_THROW(hardware_from_json(flat, "x.json"), ac::InputError);
+}
+
+// `cost validate`'s figure at the calibration's speed: a machine that runs 1.5x slower in one
+// sweep and 2x faster in another (the AVX2-only VM of the thirtieth session swung 0.5-2.8x) gives
+// a model that is right at its calibration's speed zero error by it, while the fastest sweep
+// (the raw figure) is off by 2x. Each sweep's ratio is the geometric mean of the probes around it.
+TEST(CostCalibrate, SpeedNormalizedTimeUndoesTheMachinesDrift) {
+  auto probes = [](double decode_ratio, double prefill_ratio) {
+    return std::vector<SpeedProbe>{{"gemm 16x1024x1024", 1e-3, 5e-3},  // another kind: ignored
+                                   {"model_decode h256 ffn 768 vocab 4096", 1e-3, decode_ratio * 1e-3},
+                                   {"model_prefill 1x(h256 ffn 768) vocab 4096 prompt 128", 2e-3, prefill_ratio * 2e-3}};
+  };
+  // Probes before sweep 0, between the sweeps and after sweep 2.
+  const std::vector<std::vector<SpeedProbe>> by_sweep = {probes(1.5, 1), probes(1.5, 1), probes(0.5, 1), probes(0.5, 1)};
+  const std::vector<double> decode = sweep_speed(by_sweep, "model_decode");
+  ASSERT_EQ(decode.size(), 3u);
+  EXPECT_NEAR(decode[0], 1.5, 1e-12);
+  EXPECT_NEAR(decode[1], std::sqrt(1.5 * 0.5), 1e-12);
+  EXPECT_NEAR(decode[2], 0.5, 1e-12);
+  EXPECT_EQ(sweep_speed(by_sweep, "model_prefill"), std::vector<double>(3, 1.0));
+  EXPECT_TRUE(sweep_speed(by_sweep, "attention_decode").empty());  // no such probe
+  EXPECT_TRUE(sweep_speed({probes(1, 1)}, "model_decode").empty());  // one probe: no sweep between two
+  // A step the model prices at 4 ms, timed at the machine's speed of each sweep.
+  const double predicted = 4e-3;
+  std::map<int, double> medians;
+  for (int k = 0; k < 3; ++k) medians[k] = predicted * decode[size_t(k)];
+  EXPECT_NEAR(speed_normalized_time(medians, decode), predicted, 1e-12);
+  EXPECT_NEAR(std::min({medians[0], medians[1], medians[2]}) / predicted, 0.5, 1e-12);  // the fastest sweep
+  // Sweeps without a ratio are skipped; none left is 0.
+  EXPECT_NEAR(speed_normalized_time({{0, medians[0]}, {7, 1.0}}, decode), predicted, 1e-12);
+  EXPECT_EQ(speed_normalized_time(medians, {}), 0.0);
 }
 
 TEST(CostCalibrate, FastestPassKeepsEachPointsFastestTime) {
