@@ -416,7 +416,8 @@ ValidationResult validate_cost_model(const HardwareProfile& hw, const EngineProf
   const bool at_speed = !prefill_speed.empty() && !decode_speed.empty();
   if (at_speed) r.mape_prefill_at_speed = r.mape_decode_at_speed = r.mape_latency_at_speed = 0;
   for (const auto& probes : r.speed_by_sweep)
-    for (const SpeedProbe& q : probes) r.speed_moved = std::max(r.speed_moved, std::fabs(q.ratio() - 1));
+    for (const SpeedProbe& q : probes)
+      if (q.calibrated_s > 0 && q.now_s > 0) r.speed_moved = std::max(r.speed_moved, std::fabs(q.ratio() - 1));
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Samples& sm = samples[ci];
     model::ArchSpec spec = cases[ci].spec;
@@ -603,7 +604,7 @@ std::string ValidationResult::table() const {
     const double tolerance = LocalProfileOptions{}.spot_tolerance;
     std::snprintf(buf, sizeof buf,
                   "at the calibration's speed (each sweep divided by the speed probe around it): prefill %.1f%%, "
-                  "decode %.1f%% (latency %.1f%%); the probe moved up to %.0f%% during the run%s\n",
+                  "decode %.1f%% (latency %.1f%%); the speed probes moved up to %.0f%% during the run%s\n",
                   100 * mape_prefill_at_speed, 100 * mape_decode_at_speed, 100 * mape_latency_at_speed,
                   100 * speed_moved, speed_moved > tolerance ? ", more than the spot check's tolerance: read this figure" : "");
     out += buf;

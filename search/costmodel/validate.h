@@ -111,7 +111,7 @@ struct ValidationResult {
   // from the model's error; on a steady one the probes' own noise makes it the noisier figure
   // (docs/costmodel.md "The AVX2-only class, measured"). -1 without a speed reference.
   double mape_prefill_at_speed = -1, mape_decode_at_speed = -1, mape_latency_at_speed = -1;
-  double speed_moved = 0;  // the largest |probe ratio - 1| over the run
+  double speed_moved = 0;  // the largest |probe ratio - 1| of any speed probe over the run
   nlohmann::json to_json() const;
   std::string table() const;
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
