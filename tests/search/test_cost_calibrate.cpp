@@ -29,6 +29,20 @@
 
 using namespace ac::search;
 
+namespace {
+
+CalibrationOptions quick_options() {
+  CalibrationOptions o;
+  o.dtype = ac::dist::choose_dtype("auto").dtype == "bf16" ? "bfloat16" : "float32";
+  o.threads = 1;  // the launcher's default: process CPU time (Stopwatch)
+  o.quick = true;
+  o.min_seconds = 0.02;
+  o.memory_bytes = 8e9;
+  return o;
+}
+
+}  // namespace
+
 TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   // In the dtype `--dtype auto` picks here: bf16 GEMMs are emulated (~80x slower than fp32)
   // on CPUs without AVX512_BF16/AMX, which made this test take minutes there.
@@ -40,12 +54,7 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   // beside the rest of the suite on two cores an fp32 GEMM (OpenBLAS's own threads) waited for
   // a core: the AVX2-only class's first CI measured its checks 3-80x the predictions.
   const ac::dist::ScopedComputeThreads one_thread(1);
-  CalibrationOptions o;
-  o.dtype = bf16 ? "bfloat16" : "float32";
-  o.threads = 1;
-  o.quick = true;
-  o.min_seconds = 0.02;
-  o.memory_bytes = 8e9;
+  const CalibrationOptions o = quick_options();
   const CalibrationResult r = calibrate(o);
   const HardwareProfile& h = r.profile;
   EXPECT_EQ(h.id, "cpu-local");
@@ -612,16 +621,6 @@ TEST(CostCalibrate, BadOptions) {
 }
 
 namespace {
-
-CalibrationOptions quick_options() {
-  CalibrationOptions o;
-  o.dtype = ac::dist::choose_dtype("auto").dtype == "bf16" ? "bfloat16" : "float32";
-  o.threads = 1;  // the launcher's default: process CPU time, as QuickCalibrationFitsAndPredicts
-  o.quick = true;
-  o.min_seconds = 0.02;
-  o.memory_bytes = 8e9;
-  return o;
-}
 
 // A profile JSON whose GEMM measurements are `factor` times the calibrated ones.
 nlohmann::json with_gemm_times_scaled(nlohmann::json j, double factor) {
