@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <optional>
 #include <signal.h>
 #include <sys/wait.h>
@@ -672,13 +673,19 @@ TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
   o.dtype = "float32";
   const CalibrationResult r = calibrate_recorded(o);
   const EngineProfile eager = load_engine(kPrefillEngine, AC_SOURCE_DIR "/configs");
-  // Each point's prediction within 1.35x of its time on a quiet machine. A calibration beside
-  // other work (CI compiles the CUDA build beside the suite) times the pooled sublayers slower
-  // than the whole models: one put Mamba models at 1.64-1.91x. There, as for a busy profile
-  // (busy_warning), only a loose bound; the equality with an fp32 ArchSpec checks the dtype either way.
+  // The points' predictions within 1.35x of their times on a quiet machine, as a geometric mean:
+  // the mispricing was systematic (every f32 decode ~1.5x), while the speed of a VM whose host
+  // takes cycles moves between the windows that time the sublayers and the models (the AVX2-only
+  // class: one quiet run in six put two of six points at 1.41 and 1.47x, the rest below). Each
+  // point within 2x. A calibration beside other work (CI compiles the CUDA build beside the
+  // suite) times the pooled sublayers slower than the whole models: one put Mamba models at
+  // 1.64-1.91x. There, as for a busy profile (busy_warning), only a loose bound; the equality
+  // with an fp32 ArchSpec checks the dtype either way.
   const bool busy = r.profile.calibrated_on.other_cores > 0.5;
-  const double bound = busy ? 2.5 : 1.35;
+  const double bound = busy ? 2.5 : 1.35, point_bound = busy ? 2.5 : 2.0;
   int points = 0;
+  double log_over = 0;
+  std::string all;
   for (const CalibrationPoint& p : r.points) {
     if (p.kind != "model_decode") continue;
     ++points;
@@ -689,10 +696,16 @@ TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
     const std::string why = p.shape + ": " + std::to_string(pred) + " s predicted, " + std::to_string(p.seconds) +
                             " s measured, other processes used " + std::to_string(r.profile.calibrated_on.other_cores) +
                             " cores";
-    EXPECT_LT(pred / p.seconds, bound) << why;
-    EXPECT_GT(pred / p.seconds, 1 / bound) << why;
+    EXPECT_LT(pred / p.seconds, point_bound) << why;
+    EXPECT_GT(pred / p.seconds, 1 / point_bound) << why;
+    log_over += std::log(pred / p.seconds);
+    all += "\n  " + why;
   }
   EXPECT_GE(points, 4);  // quick: dense, MoE and Mamba models of one and two blocks
+  const double mean_over = std::exp(log_over / std::max(points, 1));
+  EXPECT_LT(mean_over, bound) << all;
+  EXPECT_GT(mean_over, 1 / bound) << all;
+  std::cout << "predicted / measured, geometric mean " << mean_over << all << "\n";
   // The stored points refit the stored profile's decode rest, and points 1.5x slower than its
   // predictions a rest that prices their models slower on average (which terms take it varies:
   // a deeper model's prediction may not move when the fixed term takes it all). Slower than the
