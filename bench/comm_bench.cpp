@@ -34,7 +34,7 @@ void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
-double median(std::vector<double> v) {
+double upper_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
@@ -103,7 +103,7 @@ std::vector<CommBenchRow> run_comm_bench(MPI_Comm comm, const CommBenchOptions& 
         }
         const double factor = gather ? double(n - 1) / n : 2.0 * (n - 1) / n;
         const double moved = double(numel * esize) * (n > 1 ? factor : 1.0);
-        CommBenchRow r{op, dt, numel * esize, moved / median(t_ours) / 1e9, moved / median(t_mpi) / 1e9};
+        CommBenchRow r{op, dt, numel * esize, moved / upper_median(t_ours) / 1e9, moved / upper_median(t_mpi) / 1e9};
         rows.push_back(r);
       }
     }

@@ -23,12 +23,6 @@ namespace fs = std::filesystem;
 namespace ac::checkpoint {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 model::TpGroup self_tp() { return model::TpGroup{dist::make_self_communicator()}; }
 
 // A TP = 1 model at `dtype` holding the checkpoint's weights, and its ArchSpec (dtype set).
@@ -82,6 +76,12 @@ void refuse_source_dir(const std::string& source_file, const std::string& out_di
 }
 
 }  // namespace
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
 
 torch::Dtype parse_dtype(const std::string& name, const std::string& what) {
   if (name == "bf16" || name == "bfloat16") return torch::kBFloat16;

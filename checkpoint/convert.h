@@ -26,6 +26,8 @@ inline constexpr const char* kArchSpecAttribute = "arch_spec";
 torch::Dtype parse_dtype(const std::string& name, const std::string& what = "--dtype");
 std::string dtype_name(torch::Dtype dtype);  // "bfloat16", "float32", "float16"
 
+std::string shape_text(const std::vector<int64_t>& shape);  // "[64, 128]", for messages
+
 // The ArchSpec a checkpoint carries. Throws ac::InputError naming the file and attribute
 // when it has none or it does not parse.
 model::ArchSpec checkpoint_arch(const CheckpointReader& reader);

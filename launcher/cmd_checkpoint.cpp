@@ -33,7 +33,7 @@ std::string human_bytes(double b) {
   return os.str();
 }
 
-int run_inspect(const po::variables_map& vm, RunContext& ctx) {
+int run_checkpoint_inspect(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   const std::string path = resolve(vm["path"].as<std::string>());
   checkpoint::CheckpointReader r(path);
@@ -129,7 +129,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint inspect", "layout, tensors, shape
                                      path_option(d);
                                      d.add_options()("json", po::bool_switch(), "print JSON");
                                    },
-                                   run_inspect, path_positional}));
+                                   run_checkpoint_inspect, path_positional}));
 AC_REGISTER_SUBCOMMAND((Subcommand{"checkpoint verify", "read every dataset of checkpoints, check their checksums and their shapes against the ArchSpec",
                                    [](po::options_description& d) {
                                      d.add_options()("path", po::value<std::vector<std::string>>()->multitoken()->required(),

@@ -76,7 +76,7 @@ int run_preprocess(const po::variables_map& vm, RunContext& ctx) {
   return kExitOk;
 }
 
-int run_inspect(const po::variables_map& vm, RunContext& ctx) {
+int run_data_inspect(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   const std::string path = vm["path"].as<std::string>();
   auto src = data::open_token_source(path);
@@ -189,7 +189,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
       d.add_options()("path", po::value<std::string>()->required(), "Megatron prefix (PREFIX.idx/.bin) or HDF5 token store (.h5)")(
           "show", po::value<int64_t>()->default_value(3), "documents to print")("json", po::bool_switch(), "print JSON");
     },
-    run_inspect, [](po::positional_options_description& p) { p.add("path", 1); }}));
+    run_data_inspect, [](po::positional_options_description& p) { p.add("path", 1); }}));
 
 AC_REGISTER_SUBCOMMAND((Subcommand{
     "data sample", "draw GPT samples as the trainer would: blend, split, DP ranks, resumable cursor",

@@ -27,7 +27,6 @@ namespace {
 
 // Where `eval --model` and `generate --model` look when not told: the checkpoint that
 // scripts/teacher_smollm2.sh writes (relative to the working directory).
-constexpr const char* kDefaultTeacher = "teachers/smollm2-135m";
 
 std::string fmt3(double v) {
   char b[32];

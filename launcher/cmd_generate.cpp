@@ -27,7 +27,6 @@ namespace ac::launcher {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kDefaultTeacher = "teachers/smollm2-135m";  // as `eval` (scripts/teacher_smollm2.sh)
 
 // The tokenizer that belongs to a checkpoint: --tokenizer, else tokenizer.json beside it or
 // in its hf/ folder (the layout scripts/teacher_smollm2.sh writes).

@@ -145,7 +145,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
 
 // Reads and checks a scores file (format, version, shapes against its ArchSpec, and with
 // --teacher that it was computed for that checkpoint) and prints a summary per layer.
-int run_inspect(const po::variables_map& vm, RunContext& ctx) {
+int run_importance_inspect(const po::variables_map& vm, RunContext& ctx) {
   if (!ctx.runtime.is_root()) return kExitOk;
   if (!vm.count("path")) throw InputError("importance inspect", "PATH", "a scores file is required");
   const std::string path = vm["path"].as<std::string>();
@@ -189,7 +189,7 @@ AC_REGISTER_SUBCOMMAND((Subcommand{
       d.add_options()("path", po::value<std::string>(), "importance file (.h5)")(
           "teacher", po::value<std::string>(), "teacher checkpoint the file must have been computed for");
     },
-    run_inspect, [](po::positional_options_description& p) { p.add("path", 1); }}));
+    run_importance_inspect, [](po::positional_options_description& p) { p.add("path", 1); }}));
 
 AC_REGISTER_SUBCOMMAND((Subcommand{
     "bench importance", "importance collection tokens/s vs the plain teacher forward at the same layout and batch",

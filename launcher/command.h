@@ -15,6 +15,10 @@ namespace ac::launcher {
 
 namespace po = boost::program_options;
 
+// The checkpoint `eval` and `generate` read when --model is not given: where
+// scripts/teacher_smollm2.sh puts the real teacher.
+inline constexpr const char* kDefaultTeacher = "teachers/smollm2-135m";
+
 struct RunContext {
   dist::Runtime& runtime;
   std::string subcommand;        // e.g. "bench comm"
@@ -58,6 +62,8 @@ void check_subcommand_args(const std::vector<std::string>& args);
 #define AC_CONCAT_INNER(a, b) a##b
 #define AC_CONCAT(a, b) AC_CONCAT_INNER(a, b)
 // Registers a subcommand at static-initialization time; use once per Subcommand in a
-// launcher/cmd_*.cpp file (those files are compiled straight into the executable).
+// launcher/cmd_*.cpp file (those files are compiled straight into the executable). The name
+// takes __COUNTER__, not __LINE__: a unity build (the CUDA compile check) puts several of
+// those files in one translation unit.
 #define AC_REGISTER_SUBCOMMAND(expr) \
-  static const bool AC_CONCAT(ac_registered_, __LINE__) = ::ac::launcher::register_subcommand(expr)
+  static const bool AC_CONCAT(ac_registered_, __COUNTER__) = ::ac::launcher::register_subcommand(expr)

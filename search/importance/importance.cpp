@@ -42,16 +42,10 @@ double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
-
 // ---- the file's datasets ---------------------------------------------------------------
 
 // One dataset of the file: its name, the shape the ArchSpec gives, and the vector it holds.
-struct Axis {
+struct ScoreAxis {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<double>* values;
@@ -59,9 +53,9 @@ struct Axis {
 
 // Every dataset an importance file of `spec` has, bound to the fields of `s` (which must
 // have spec.layers.size() layers). Depth scores are gathered into `cosine`/`loss`.
-std::vector<Axis> axes_of(const model::ArchSpec& spec, ImportanceScores& s, std::vector<double>& cosine,
+std::vector<ScoreAxis> axes_of(const model::ArchSpec& spec, ImportanceScores& s, std::vector<double>& cosine,
                           std::vector<double>& loss) {
-  std::vector<Axis> out;
+  std::vector<ScoreAxis> out;
   out.push_back({"hidden", {spec.hidden_size}, &s.hidden});
   const int64_t L = int64_t(spec.layers.size());
   out.push_back({"depth/cosine", {L}, &cosine});
@@ -101,6 +95,7 @@ using h5::read_double_attr;
 using h5::read_u64_attr;
 using h5::write_double_attr;
 using h5::write_u64_attr;
+using checkpoint::shape_text;
 
 }  // namespace
 

@@ -28,6 +28,8 @@ namespace fs = std::filesystem;
 namespace ac::search {
 namespace {
 
+using checkpoint::shape_text;
+
 std::string where(size_t i) { return "layers[" + std::to_string(i) + "]"; }
 std::string num(double v) {
   std::string s = std::to_string(v);
@@ -402,12 +404,6 @@ struct Planner {
 };
 
 // ---- sliced reads ---------------------------------------------------------------------
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 // One dimension of a selection: all of it, or these ascending indices.
 struct Sel {
