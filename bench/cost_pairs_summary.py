@@ -5,7 +5,10 @@ the profile's decode-step terms (the cold step's fixed, per-layer and, where fit
 Mamba layer and per weight byte; each further row's attention per-kv and MLP per-ffn rest over
 the first row's), each group's batched TPOT error minus its rows' B=1 error, the base rows'
 prefill and decode B=1 MAPE by each row's median sweep beside the fastest one the report uses,
-and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%).
+and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%), with
+the latency MAPE at the calibration's speed beside it (`cost validate`'s
+mape_at_calibration_speed: each row's time scaled by the GEMM probes' speed in its sweep over
+their speed in the calibration; reports from before it have none).
 Given a second DIR (a baseline's pairs), its table too, the ratio of the mean latency MAPEs, and
 each side of the error apart: candidate / baseline predicted time (what the candidate's
 calibration changed) and measured time (what the machine did between the two arms' validations,
@@ -117,10 +120,10 @@ def sides(cand_dir, base_dir):
 
 def table(out_dir):
     paths = reports(out_dir)
-    print("| pair | latency | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
+    print("| pair | latency | at calibration speed (speed moved) | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
           "| per MoE / Mamba layer, per weight byte | further row / first: attn kv, MLP ffn |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    lat = []
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    lat, at_speed = [], []
     for p in paths:
         r = load(p)
         m, reg = r["mape"], r.get("mape_by_regime", {})
@@ -146,13 +149,19 @@ def table(out_dir):
         log = os.path.join(os.path.dirname(p), "validate.log")
         if os.path.exists(log) and "calibrating" in open(log).read():
             name += " (recalibrated by validate)"
-        print(f"| {name} | {pct(m['latency'])} | {pct(m['prefill'])} | {pct(m['decode'])} ({100 * signed:+.1f}%) | "
+        norm = r.get("mape_at_calibration_speed")
+        if norm:
+            at_speed.append(norm["latency"])
+        norm_text = f"{pct(norm['latency'])} ({100 * norm['speed_moved']:.0f}%)" if norm else "-"
+        print(f"| {name} | {pct(m['latency'])} | {norm_text} | {pct(m['prefill'])} | {pct(m['decode'])} ({100 * signed:+.1f}%) | "
               f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} | {kinds} | {rows_rest} |")
         lat.append(m["latency"])
     batched_slope(paths)
     by_sweep_statistic(paths)
     print(f"{out_dir}: latency MAPE {pct(min(lat))}-{pct(max(lat))} over {len(lat)} pairs "
-          f"(spread {100 * (max(lat) - min(lat)):.1f} points)")
+          f"(spread {100 * (max(lat) - min(lat)):.1f} points)" +
+          (f"; at the calibration's speed {pct(min(at_speed))}-{pct(max(at_speed))} "
+           f"(spread {100 * (max(at_speed) - min(at_speed)):.1f})" if len(at_speed) == len(lat) else ""))
     return sum(lat) / len(lat)
 
 
