@@ -63,7 +63,7 @@ void check_subcommand_args(const std::vector<std::string>& args);
 #define AC_CONCAT(a, b) AC_CONCAT_INNER(a, b)
 // Registers a subcommand at static-initialization time; use once per Subcommand in a
 // launcher/cmd_*.cpp file (those files are compiled straight into the executable). The name
-// takes __COUNTER__, not __LINE__: a unity build (the CUDA compile check) puts several of
+// takes __COUNTER__, not __LINE__: a unity build (AC_UNITY_BUILD, in CI) puts several of
 // those files in one translation unit.
 #define AC_REGISTER_SUBCOMMAND(expr) \
   static const bool AC_CONCAT(ac_registered_, __COUNTER__) = ::ac::launcher::register_subcommand(expr)

@@ -113,8 +113,8 @@ say "LibTorch unpacked in $T ($((SECONDS - START)) s)"
 # PCH costs ~15 s of CPU per translation unit, whatever it holds (a 40-line source: 16.7 s):
 # one unit per source, the check compiled 117 of them, the longest part of CI on 2 cores;
 # batches of 16 sources load it ~20 times. -rpath-link lets the linker resolve what
-# libtorch_cuda.so needs, so an undefined symbol anywhere fails the link. A fresh cache each time: nothing found for
-# another LibTorch survives.
+# libtorch_cuda.so needs, so an undefined symbol anywhere fails the link. A fresh cache each
+# time: nothing found for another LibTorch survives.
 rm -f "$B/build/CMakeCache.txt"
 NVCC_ARGS=()
 [ -x "$CUDA_HOME/bin/nvcc" ] && NVCC_ARGS=(-DCMAKE_CUDA_COMPILER="$CUDA_HOME/bin/nvcc")

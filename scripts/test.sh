@@ -8,7 +8,7 @@ JOBS=${JOBS:-$(nproc)}
 GEN=()
 if command -v ninja >/dev/null 2>&1; then GEN=(-G Ninja); fi
 # AC_UNITY_BUILD=ON (CI sets it): the libraries and the launcher compiled in batches, a third
-# less compiler time on a fresh machine (CMakeLists.txt); unset, the cache's choice stands.
+# less build time on a fresh 2-core machine (CMakeLists.txt); unset, the cache's choice stands.
 UNITY=(${AC_UNITY_BUILD:+-DAC_UNITY_BUILD=$AC_UNITY_BUILD})
 if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "${UNITY[@]}"

@@ -54,7 +54,7 @@ struct ScoreAxis {
 // Every dataset an importance file of `spec` has, bound to the fields of `s` (which must
 // have spec.layers.size() layers). Depth scores are gathered into `cosine`/`loss`.
 std::vector<ScoreAxis> axes_of(const model::ArchSpec& spec, ImportanceScores& s, std::vector<double>& cosine,
-                          std::vector<double>& loss) {
+                               std::vector<double>& loss) {
   std::vector<ScoreAxis> out;
   out.push_back({"hidden", {spec.hidden_size}, &s.hidden});
   const int64_t L = int64_t(spec.layers.size());

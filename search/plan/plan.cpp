@@ -370,8 +370,9 @@ std::string Plan::overflow() const {
   if (fits) return "";
   std::vector<MemoryItem> v = memory;
   std::sort(v.begin(), v.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
-  std::string s = layout.to_string() + " needs " + gib_text(total_bytes) + " per GPU, " + gib_text(total_bytes - usable_bytes) +
-                  " more than the usable " + gib_text(usable_bytes) + " of a " + hardware_id + " (";
+  std::string s = layout.to_string() + " needs " + gib_text(total_bytes) + " per GPU, " +
+                  gib_text(total_bytes - usable_bytes) + " more than the usable " + gib_text(usable_bytes) + " of a " +
+                  hardware_id + " (";
   for (size_t i = 0; i < v.size() && i < 3; ++i) s += (i ? ", " : "") + v[i].name + " " + gib_text(v[i].bytes);
   return s + ")";
 }
