@@ -676,7 +676,7 @@ TEST(CostCalibrate, Float32CalibrationPricesItsModelsInFloat32) {
   // The points' predictions within 1.35x of their times on a quiet machine, as a geometric mean:
   // the mispricing was systematic (every f32 decode ~1.5x), while the speed of a VM whose host
   // takes cycles moves between the windows that time the sublayers and the models (the AVX2-only
-  // class: one quiet run in six put two of six points at 1.41 and 1.47x, the rest below). Each
+  // class: one quiet run in six put two of eight points at 1.41 and 1.47x, the rest below). Each
   // point within 2x. A calibration beside other work (CI compiles the CUDA build beside the
   // suite) times the pooled sublayers slower than the whole models: one put Mamba models at
   // 1.64-1.91x. There, as for a busy profile (busy_warning), only a loose bound; the equality
