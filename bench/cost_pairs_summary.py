@@ -8,7 +8,9 @@ prefill and decode B=1 MAPE by each row's median sweep beside the fastest one th
 and the spread of latency MAPE over the pairs (issue 37: within 3 points, each <= 10%), with
 the latency MAPE at the calibration's speed beside it (`cost validate`'s
 mape_at_calibration_speed: each row's time scaled by the GEMM probes' speed in its sweep over
-their speed in the calibration; reports from before it have none).
+their speed in the calibration; reports from before it have none) and how much of the base rows'
+sweep-to-sweep spread that division left (`speed_tracking`, computed here for older reports:
+below 0.5 the rows moved with the probes and that figure is the one to read).
 Given a second DIR (a baseline's pairs), its table too, the ratio of the mean latency MAPEs, and
 each side of the error apart: candidate / baseline predicted time (what the candidate's
 calibration changed) and measured time (what the machine did between the two arms' validations,
@@ -35,6 +37,55 @@ def pct(x):
 def group(name):
     return ("dense" if name.startswith("dense") else "MoE" if name.startswith("moe") else
             "hybrid" if name.startswith(("hybrid", "mamba")) else "hetero")
+
+
+def speed_tracking(report):
+    """The base rows' sweep-to-sweep spread of log(measured / predicted) left after dividing each
+    sweep by its probe ratio, over the spread before (validate.cpp's speed_tracking); None with
+    fewer than three sweeps or no speed probes."""
+    probes = {q["point"].split()[0]: [n / q["calibrated_s"] for n in q["now_s"]]
+              for q in report.get("machine_speed_by_sweep", []) if q["calibrated_s"] > 0}
+    by_sweep = report.get("measured_over_predicted_by_sweep", {})
+
+    def variance(values):
+        mean = sum(values) / len(values)
+        return sum((x - mean) ** 2 for x in values) / len(values)
+
+    raw = normalized = 0.0
+    for regime, kind in ((f"ttft p={report['prompt_tokens']}", "model_prefill"), ("tpot B=1", "model_decode")):
+        ratio, probe = by_sweep.get(regime), probes.get(kind)
+        if not ratio or not probe or len(ratio) < 3 or len(probe) != len(ratio) + 1:
+            return None
+        speed = [math.sqrt(probe[k] * probe[k + 1]) for k in range(len(ratio))]
+        raw += variance([math.log(x) for x in ratio])
+        normalized += variance([math.log(x / v) for x, v in zip(ratio, speed)])
+    return math.sqrt(normalized / raw) if raw > 0 else None
+
+
+def kept_speed(report):
+    """The probes' ratio in the sweeps the base rows kept (prefill, decode): the geometric mean
+    over the rows of their kept sweep's ratio (validate.cpp's speed_at_kept_sweeps); None without
+    probes."""
+    probes = {q["point"].split()[0]: [n / q["calibrated_s"] for n in q["now_s"]]
+              for q in report.get("machine_speed_by_sweep", []) if q["calibrated_s"] > 0}
+    out = []
+    for part, kind in (("prefill", "model_prefill"), ("decode", "model_decode")):
+        probe = probes.get(kind)
+        if not probe or len(probe) < 2:
+            return None
+        speed = [math.sqrt(probe[k] * probe[k + 1]) for k in range(len(probe) - 1)]
+        logs = [math.log(speed[r["sweep"][part]]) for r in report["rows"] if 0 <= r["sweep"][part] < len(speed)]
+        out.append(math.exp(sum(logs) / len(logs)) if len(logs) == len(report["rows"]) else None)
+    return None if None in out else tuple(out)
+
+
+def read_at_speed(report, tolerance=0.35):
+    """`cost validate`'s advice: the figure at the calibration's speed only where the kept sweeps
+    ran off that speed by more than the spot check's tolerance and the rows followed the probes."""
+    tracking, kept = speed_tracking(report), kept_speed(report)
+    if tracking is None or kept is None:
+        return None
+    return tracking <= 0.5 and max(abs(math.log(v)) for v in kept) > math.log1p(tolerance)
 
 
 def batched_slope(paths):
@@ -120,7 +171,7 @@ def sides(cand_dir, base_dir):
 
 def table(out_dir):
     paths = reports(out_dir)
-    print("| pair | latency | at calibration speed (speed moved) | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
+    print("| pair | latency | at calibration speed (speed moved, sweep spread left, kept sweeps' speed) | prefill | decode B=1 (signed) | TPOT B=4 | TPOT B=8 | memory | model_fixed | per_layer "
           "| per MoE / Mamba layer, per weight byte | further row / first: attn kv, MLP ffn |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     lat, at_speed = [], []
@@ -152,7 +203,13 @@ def table(out_dir):
         norm = r.get("mape_at_calibration_speed")
         if norm:
             at_speed.append(norm["latency"])
-        norm_text = f"{pct(norm['latency'])} ({100 * norm['speed_moved']:.0f}%)" if norm else "-"
+        tracking = speed_tracking(r)
+        kept = kept_speed(r)
+        norm_text = (f"{pct(norm['latency'])} ({100 * norm['speed_moved']:.0f}%"
+                     + (f", {100 * tracking:.0f}% of the spread left" if tracking is not None else "")
+                     + (f", kept {kept[0]:.2f}x / {kept[1]:.2f}x" if kept else "")
+                     + ("; read this" if read_at_speed(r) else "") + ")"
+                     if norm else "-")
         print(f"| {name} | {pct(m['latency'])} | {norm_text} | {pct(m['prefill'])} | {pct(m['decode'])} ({100 * signed:+.1f}%) | "
               f"{tpot(4)} | {tpot(8)} | {pct(m['memory'])} | {us('model_fixed_s')} | {us('model_per_layer_s')} | {kinds} | {rows_rest} |")
         lat.append(m["latency"])

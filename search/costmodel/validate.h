@@ -112,17 +112,34 @@ struct ValidationResult {
   // (docs/costmodel.md "The AVX2-only class, measured"). -1 without a speed reference.
   double mape_prefill_at_speed = -1, mape_decode_at_speed = -1, mape_latency_at_speed = -1;
   double speed_moved = 0;  // the largest |probe ratio - 1| of any speed probe over the run
+  // Whether the rows moved with the probes: speed_tracking over the base regimes (TTFT at the
+  // prompt, TPOT at B=1); -1 without a speed reference or with fewer than three sweeps. And the
+  // probes' speed ratio in the sweeps the base rows kept (the geometric mean over the rows of
+  // their kept sweep's ratio), per phase: near 1, the raw figure was measured at the
+  // calibration's speed; 0 without a speed reference.
+  double speed_tracking = -1;
+  double kept_speed_prefill = 0, kept_speed_decode = 0;
   nlohmann::json to_json() const;
   std::string table() const;
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
   std::string speed_table() const;    // the speed reference's ratios, probe by probe
   std::string sweeps_table() const;   // by_sweep ("" with one sweep)
+  std::string speed_advice() const;   // which latency figure to read ("" when the probes held still)
 };
 
 // Each sweep's speed ratio (time now / at calibration) by the reference's probes whose point
 // starts with `kind` ("model_decode", "model_prefill"): the geometric mean of that sweep's probe
 // before it and the one after. Empty when no probe has that kind.
 std::vector<double> sweep_speed(const std::vector<std::vector<SpeedProbe>>& speed_by_sweep, const std::string& kind);
+
+// How much of the rows' sweep-to-sweep spread is left once each sweep is divided by its speed
+// ratio: the root mean square over the phases of the standard deviation over sweeps of
+// log(measured / predicted / speed), over the same without the division. Near 0 the rows moved
+// with the probes (the machine's drift, which the figure at the calibration's speed removes);
+// near or above 1 they did not, and the division adds the probes' own noise. Each phase is a
+// pair (measured / predicted per sweep, speed ratio per sweep); -1 with fewer than three sweeps
+// or no spread.
+double speed_tracking(const std::vector<std::pair<std::vector<double>, std::vector<double>>>& phases);
 
 // A measured time at the calibration's speed: the median over sweeps of each sweep's median
 // divided by that sweep's speed ratio (sweep index -> median; sweeps without a ratio skipped);

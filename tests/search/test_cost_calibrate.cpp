@@ -573,6 +573,57 @@ TEST(CostCalibrate, SpeedNormalizedTimeUndoesTheMachinesDrift) {
   EXPECT_EQ(speed_normalized_time(medians, {}), 0.0);
 }
 
+// Whether the rows moved with the speed probes, on two real validations of the AVX2-only VM
+// (docs/data/cost_pairs/2026-12-07: measured / predicted per sweep of the base rows, TTFT at 256
+// and TPOT at B=1, beside each sweep's probe ratio). On the drifting day the division removed
+// most of the rows' sweep-to-sweep spread; on the steady day (probes moving 73%) it added to it,
+// and there the raw figure was the better one (6.5% against 10.0%).
+TEST(CostCalibrate, SpeedTrackingSaysWhetherTheRowsMovedWithTheProbes) {
+  using Phase = std::pair<std::vector<double>, std::vector<double>>;
+  const std::vector<Phase> drifting = {
+      {{1.319, 1.463, 1.113, 0.996, 0.829}, {1.225, 1.352, 1.286, 0.934, 0.709}},
+      {{1.415, 1.588, 1.180, 0.898, 0.693}, {1.355, 1.496, 1.335, 0.882, 0.594}}};
+  const std::vector<Phase> steady = {
+      {{1.262, 1.351, 1.281, 1.117, 1.296}, {1.307, 1.274, 1.055, 1.095, 1.114}},
+      {{1.245, 1.412, 1.323, 1.205, 1.352}, {1.352, 1.343, 1.129, 1.156, 1.127}}};
+  EXPECT_LT(speed_tracking(drifting), 0.5);
+  EXPECT_GT(speed_tracking(steady), 1.0);
+  // Rows that are the probes times a constant: nothing left; rows that held still while the
+  // probes moved: the division is all the spread.
+  const std::vector<double> speed = {1.0, 1.5, 0.8, 1.2};
+  std::vector<double> follow;
+  for (double v : speed) follow.push_back(1.1 * v);
+  EXPECT_NEAR(speed_tracking({{follow, speed}}), 0.0, 1e-12);
+  EXPECT_GT(speed_tracking({{{1.10, 1.11, 1.09, 1.10}, speed}}), 10.0);
+  // Undefined: rows without spread, fewer than three sweeps, mismatched lengths, a zero, no phase.
+  EXPECT_EQ(speed_tracking({{std::vector<double>(4, 1.1), speed}}), -1);
+  EXPECT_EQ(speed_tracking({{{1.2, 1.0}, {1.0, 1.1}}}), -1);
+  EXPECT_EQ(speed_tracking({{follow, {1.0, 1.5, 0.8}}}), -1);
+  EXPECT_EQ(speed_tracking({{{1.2, 0.0, 1.1}, {1.0, 1.5, 0.8}}}), -1);
+  EXPECT_EQ(speed_tracking({}), -1);
+}
+
+// Which figure `cost validate` says to read, on the three stored validations where the rows
+// moved with the probes (speed_tracking <= 0.5 in 3 of 83, `bench/cost_pairs_summary.py`): the
+// AVX2 VM's drifting day, whose rows kept sweeps at 0.74x / 0.62x the calibration's time (raw
+// 35.3%, at the calibration's speed ~8%); and two Zen 4 validations whose kept sweeps ran near
+// the calibration's speed (raw 7.8% and 8.7%; at the calibration's speed 15.1% and 8.7%).
+TEST(CostCalibrate, SpeedAdviceNeedsTrackingRowsAndKeptSweepsOffSpeed) {
+  auto advice = [](double tracking, double kept_prefill, double kept_decode) {
+    ValidationResult r;
+    r.speed_tracking = tracking, r.kept_speed_prefill = kept_prefill, r.kept_speed_decode = kept_decode;
+    return r.speed_advice();
+  };
+  const std::string read = "read this figure", raw = "the raw figure stands";
+  EXPECT_NE(advice(0.37, 0.74, 0.62).find(read), std::string::npos);       // AVX2, drifting
+  EXPECT_NE(advice(0.44, 0.98, 1.27).find(raw), std::string::npos);        // Zen 4 rows-final pair 1
+  EXPECT_NE(advice(0.43, 1.04, 1.23).find(raw), std::string::npos);        // Zen 4 ab-rows pair 3
+  EXPECT_NE(advice(1.48, 1.11, 1.26).find(raw), std::string::npos);        // AVX2 steady, probes moved 73%
+  EXPECT_NE(advice(1.48, 0.60, 0.60).find("did not move"), std::string::npos);  // off speed, not followed
+  EXPECT_EQ(advice(-1, 0.60, 0.60), "");  // fewer than three sweeps
+  EXPECT_EQ(advice(0.3, 0, 0), "");       // no speed reference
+}
+
 TEST(CostCalibrate, FastestPassKeepsEachPointsFastestTime) {
   auto pt = [](const char* kind, const char* shape, double s) {
     CalibrationPoint p;
