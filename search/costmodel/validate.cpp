@@ -548,6 +548,7 @@ nlohmann::json ValidationResult::to_json() const {
       if (i < probe.size()) now.push_back(probe[i].now_s);
     by_sweep.push_back({{"point", speed_start[i].point}, {"calibrated_s", speed_start[i].calibrated_s}, {"now_s", now}});
   }
+  const nlohmann::json tracking = speed_tracking < 0 ? nlohmann::json(nullptr) : nlohmann::json(speed_tracking);
   nlohmann::json ratios_by_sweep = nlohmann::json::object();
   for (const auto& x : this->by_sweep) ratios_by_sweep[x.regime] = x.ratio;
   nlohmann::json regimes_j = nlohmann::json::array();
@@ -597,8 +598,9 @@ nlohmann::json ValidationResult::to_json() const {
                                 {"decode", mape_decode_at_speed},
                                 {"latency", mape_latency_at_speed},
                                 {"speed_moved", speed_moved},
-                                {"speed_tracking", speed_tracking < 0 ? nlohmann::json(nullptr) : nlohmann::json(speed_tracking)},
-                                {"speed_at_kept_sweeps", {{"prefill", kept_speed_prefill}, {"decode", kept_speed_decode}}},
+                                {"speed_tracking", tracking},
+                                {"speed_at_kept_sweeps",
+                                 {{"prefill", kept_speed_prefill}, {"decode", kept_speed_decode}}},
                                 {"how", "each sweep's median divided by the speed reference's ratio around that sweep "
                                         "(model_prefill / model_decode probe, geometric mean of the probes before "
                                         "and after it), the median over sweeps against the prediction; speed_tracking: "
@@ -676,8 +678,8 @@ std::string ValidationResult::speed_advice() const {
   const bool tracks = speed_tracking <= kTracks;
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "; the sweeps the rows kept ran at %.2fx / %.2fx the calibration's time (prefill / decode), the rows %s "
-                "with the probes (%.0f%% of their sweep-to-sweep spread left): %s",
+                "; the sweeps the rows kept ran at %.2fx / %.2fx the calibration's time (prefill / decode), "
+                "the rows %s with the probes (%.0f%% of their sweep-to-sweep spread left): %s",
                 kept_speed_prefill, kept_speed_decode, tracks ? "moved" : "did not move", 100 * speed_tracking,
                 kept_off && tracks ? "read this figure" : "the raw figure stands");
   return buf;

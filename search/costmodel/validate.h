@@ -124,7 +124,7 @@ struct ValidationResult {
   std::string regimes_table() const;  // MAPE per regime and per layer kind ("" without regimes)
   std::string speed_table() const;    // the speed reference's ratios, probe by probe
   std::string sweeps_table() const;   // by_sweep ("" with one sweep)
-  std::string speed_advice() const;   // which latency figure to read ("" when the probes held still)
+  std::string speed_advice() const;   // which latency figure to read ("" under three sweeps or no probes)
 };
 
 // Each sweep's speed ratio (time now / at calibration) by the reference's probes whose point
