@@ -211,21 +211,27 @@ std::pair<torch::Tensor, torch::Tensor> MoeImpl::route(const torch::Tensor& x) {
 // full-size gradient of the stack.
 MoeImpl::ExpertWeights MoeImpl::split_experts() const {
   ExpertWeights ew;
+  const bool swiglu = spec_.activation == MlpActivation::SwiGLU;
+  if (!torch::GradMode::is_enabled() || !experts->up_proj.requires_grad()) {
+    ew.up = experts->up_proj, ew.down = experts->down_proj;
+    if (swiglu) ew.gate = experts->gate_proj;
+    return ew;
+  }
   ew.ups = experts->up_proj.unbind(0);
   ew.downs = experts->down_proj.unbind(0);
-  if (spec_.activation == MlpActivation::SwiGLU) ew.gates = experts->gate_proj.unbind(0);
+  if (swiglu) ew.gates = experts->gate_proj.unbind(0);
   return ew;
 }
 
 torch::Tensor MoeImpl::run_expert(const ExpertWeights& ew, int64_t le, const torch::Tensor& xe, torch::Tensor* act) {
   // apply_linear: linear (= matmul(x, w^T)) when training; a decode step's few routed tokens
   // take the matrix-vector / small-M paths.
-  auto up = apply_linear(xe, ew.ups[size_t(le)]);
-  auto gate = spec_.activation == MlpActivation::SwiGLU ? apply_linear(xe, ew.gates[size_t(le)]) : torch::Tensor();
+  auto up = apply_linear(xe, ew.up_of(le));
+  auto gate = spec_.activation == MlpActivation::SwiGLU ? apply_linear(xe, ew.gate_of(le)) : torch::Tensor();
   auto a = mlp_activation(gate, up, spec_.activation);
   if (observe.observer) observe.observer->modify_expert(observe.layer, expert_start_ + le, a);
   if (act) *act = a;
-  return apply_linear(a, ew.downs[size_t(le)]);
+  return apply_linear(a, ew.down_of(le));
 }
 
 namespace {
