@@ -207,8 +207,9 @@ std::pair<torch::Tensor, torch::Tensor> MoeImpl::route(const torch::Tensor& x) {
   return {idx, w * spec_.routed_scaling};
 }
 
-// Split the stacked weights once: per-expert indexing would give every expert's backward a
-// full-size gradient of the stack.
+// Training splits the stacked weights once: per-expert indexing would give every expert's
+// backward a full-size gradient of the stack. Without a gradient to make, indexing is cheaper:
+// only the experts that run take a view (mlp.h, ExpertWeights).
 MoeImpl::ExpertWeights MoeImpl::split_experts() const {
   ExpertWeights ew;
   const bool swiglu = spec_.activation == MlpActivation::SwiGLU;
