@@ -39,12 +39,20 @@ def group(name):
             "hybrid" if name.startswith(("hybrid", "mamba")) else "hetero")
 
 
+def speed_ratios(report, kind):
+    """Per sweep, the speed reference's `kind` point (model_decode / model_prefill) now over
+    calibrated, the geometric mean of the probes before and after the sweep; [] without them."""
+    for x in report.get("machine_speed_by_sweep", []):
+        now = x["now_s"]
+        if x["point"].startswith(kind + " ") and len(now) == report["sweeps"] + 1:
+            return [(now[i] * now[i + 1]) ** 0.5 / x["calibrated_s"] for i in range(report["sweeps"])]
+    return []
+
+
 def speed_tracking(report):
     """The base rows' sweep-to-sweep spread of log(measured / predicted) left after dividing each
     sweep by its probe ratio, over the spread before (validate.cpp's speed_tracking); None with
     fewer than three sweeps or no speed probes."""
-    probes = {q["point"].split()[0]: [n / q["calibrated_s"] for n in q["now_s"]]
-              for q in report.get("machine_speed_by_sweep", []) if q["calibrated_s"] > 0}
     by_sweep = report.get("measured_over_predicted_by_sweep", {})
 
     def variance(values):
@@ -53,10 +61,9 @@ def speed_tracking(report):
 
     raw = normalized = 0.0
     for regime, kind in ((f"ttft p={report['prompt_tokens']}", "model_prefill"), ("tpot B=1", "model_decode")):
-        ratio, probe = by_sweep.get(regime), probes.get(kind)
-        if not ratio or not probe or len(ratio) < 3 or len(probe) != len(ratio) + 1:
+        ratio, speed = by_sweep.get(regime), speed_ratios(report, kind)
+        if not ratio or len(ratio) < 3 or len(speed) != len(ratio):
             return None
-        speed = [math.sqrt(probe[k] * probe[k + 1]) for k in range(len(ratio))]
         raw += variance([math.log(x) for x in ratio])
         normalized += variance([math.log(x / v) for x, v in zip(ratio, speed)])
     return math.sqrt(normalized / raw) if raw > 0 else None
@@ -66,17 +73,14 @@ def kept_speed(report):
     """The probes' ratio in the sweeps the base rows kept (prefill, decode): the geometric mean
     over the rows of their kept sweep's ratio (validate.cpp's speed_at_kept_sweeps); None without
     probes."""
-    probes = {q["point"].split()[0]: [n / q["calibrated_s"] for n in q["now_s"]]
-              for q in report.get("machine_speed_by_sweep", []) if q["calibrated_s"] > 0}
     out = []
     for part, kind in (("prefill", "model_prefill"), ("decode", "model_decode")):
-        probe = probes.get(kind)
-        if not probe or len(probe) < 2:
-            return None
-        speed = [math.sqrt(probe[k] * probe[k + 1]) for k in range(len(probe) - 1)]
+        speed = speed_ratios(report, kind)
         logs = [math.log(speed[r["sweep"][part]]) for r in report["rows"] if 0 <= r["sweep"][part] < len(speed)]
-        out.append(math.exp(sum(logs) / len(logs)) if len(logs) == len(report["rows"]) else None)
-    return None if None in out else tuple(out)
+        if not speed or len(logs) != len(report["rows"]):
+            return None
+        out.append(math.exp(sum(logs) / len(logs)))
+    return tuple(out)
 
 
 def read_at_speed(report, tolerance=0.35):

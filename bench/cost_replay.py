@@ -23,7 +23,7 @@ import os
 import subprocess
 import tempfile
 
-from cost_pairs_summary import group, load, median  # the same folder's pair summary
+from cost_pairs_summary import group, load, median, speed_ratios  # the same folder's pair summary
 
 CAL = ("fastest", "median")
 
@@ -47,16 +47,6 @@ def replay(binary, profile, dtype, prompt, steps):
         f.flush()
         run = subprocess.run([binary, f.name, dtype, str(prompt), str(steps)], capture_output=True, text=True)
     return (json.loads(run.stdout), "") if run.returncode == 0 else (None, run.stderr.strip())
-
-
-def speed_ratios(report, kind):
-    """Per sweep, the speed reference's `kind` point (model_decode / model_prefill) now over
-    calibrated, the geometric mean of the probes before and after the sweep; [] without them."""
-    for x in report.get("machine_speed_by_sweep", []):
-        now = x["now_s"]
-        if x["point"].startswith(kind + " ") and len(now) == report["sweeps"] + 1:
-            return [(now[i] * now[i + 1]) ** 0.5 / x["calibrated_s"] for i in range(report["sweeps"])]
-    return []
 
 
 def measured(row, key, n, sweeps, pick, ratios):
