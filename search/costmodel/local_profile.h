@@ -37,6 +37,9 @@ struct LocalProfileOptions {
   // profile whose GEMMs now run more than `spot_tolerance` away from its times is recalibrated.
   bool spot_check = true;
   double spot_tolerance = 0.35;
+  // A check out of tolerance is repeated, up to this many checks in all, and the profile is
+  // recalibrated only when every one is off on the same side (confirm_spot_check).
+  int spot_checks = 3;
   // A profile file that passed the check is not re-timed again by the same process (a command
   // that resolves `cpu-local` more than once pays for one check).
   bool spot_check_once_per_process = true;
@@ -59,6 +62,20 @@ CalibrationResult calibrate_recorded(const CalibrationOptions& options);
 // 1: as calibrated), 0 when it holds none to re-time; timed at `threads` compute threads (the
 // profile's; <= 0: as the process runs now).
 double spot_check_ratio(const HardwareProfile& hw, const std::string& dtype, int threads);
+
+// The spot check's verdict over up to `checks` readings of `check()` (each a spot_check_ratio):
+// the first within `tolerance` (or 0: nothing to re-time) passes at once, and so does a second
+// reading off on the other side from the first; `off` only when every reading is beyond the
+// tolerance on the same side. `ratio` is the reading nearest 1, `checks` how many were taken.
+// One reading is a second of a VM whose speed swings for seconds; a calibration keeps the
+// fastest of its passes (docs/costmodel.md "A busy machine": every recalibration a single
+// reading caused on the AVX2-only VM timed the cached profile's GEMMs again within 9%).
+struct SpotCheck {
+  double ratio = 0;
+  bool off = false;
+  int checks = 0;
+};
+SpotCheck confirm_spot_check(const std::function<double()>& check, double tolerance, int checks);
 
 // A warning when `hw` was calibrated while other processes used more than `max_other_cores`.
 std::string busy_warning(const HardwareProfile& hw, double max_other_cores = 0.5);

@@ -874,6 +874,42 @@ TEST(CostCalibrate, LocalProfileSpotCheck) {
   std::filesystem::remove_all(cache);
 }
 
+// The spot check acts on readings that agree: one reading out of tolerance is checked again,
+// and the profile is off only when every reading is off on the same side (scripted readings,
+// no timing: what confirm_spot_check decides from them).
+TEST(CostCalibrate, SpotCheckConfirmsBeforeRecalibrating) {
+  auto verdict = [](std::vector<double> readings) {
+    size_t next = 0;
+    const SpotCheck s = confirm_spot_check([&] { return readings.at(next++); }, 0.35, 3);
+    EXPECT_EQ(size_t(s.checks), next) << "checks counts the readings taken";
+    return s;
+  };
+  SpotCheck s = verdict({1.1});  // within: one reading
+  EXPECT_FALSE(s.off);
+  EXPECT_EQ(s.checks, 1);
+  EXPECT_DOUBLE_EQ(s.ratio, 1.1);
+  s = verdict({1.53, 1.04});  // a slow moment, then as calibrated: kept
+  EXPECT_FALSE(s.off);
+  EXPECT_EQ(s.checks, 2);
+  EXPECT_DOUBLE_EQ(s.ratio, 1.04);
+  s = verdict({1.6, 2.1, 1.5});  // slower every time: off, the nearest reading reported
+  EXPECT_TRUE(s.off);
+  EXPECT_EQ(s.checks, 3);
+  EXPECT_DOUBLE_EQ(s.ratio, 1.5);
+  s = verdict({0.5, 0.55, 0.45});  // faster every time (a profile made under load): off
+  EXPECT_TRUE(s.off);
+  EXPECT_DOUBLE_EQ(s.ratio, 0.55);
+  s = verdict({1.6, 0.6});  // off on both sides: the machine swings around the profile, kept
+  EXPECT_FALSE(s.off);
+  EXPECT_EQ(s.checks, 2);
+  s = verdict({0.0});  // nothing to re-time (a GPU profile)
+  EXPECT_FALSE(s.off);
+  EXPECT_EQ(s.checks, 1);
+  size_t calls = 0;  // one check asked for: one reading decides
+  EXPECT_TRUE(confirm_spot_check([&] { return ++calls, 2.0; }, 0.35, 1).off);
+  EXPECT_EQ(calls, 1u);
+}
+
 // A command runs at its share of the cores (main(): 2 threads here), its profile at one
 // thread: the calibration and the spot check run at the profile's count and give the caller's
 // back. Before, the spot check timed two threads by the wall clock against the one-thread
