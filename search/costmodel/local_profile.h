@@ -68,8 +68,8 @@ double spot_check_ratio(const HardwareProfile& hw, const std::string& dtype, int
 // reading off on the other side from the first; `off` only when every reading is beyond the
 // tolerance on the same side. `ratio` is the reading nearest 1, `checks` how many were taken.
 // One reading is a second of a VM whose speed swings for seconds; a calibration keeps the
-// fastest of its passes (docs/costmodel.md "A busy machine": every recalibration a single
-// reading caused on the AVX2-only VM timed the cached profile's GEMMs again within 9%).
+// fastest of its passes (docs/costmodel.md "A busy machine": each recalibration one reading
+// caused on the AVX2-only VM re-timed its 512-row GEMM within 8% of the cached profile's).
 struct SpotCheck {
   double ratio = 0;
   bool off = false;
