@@ -3,7 +3,8 @@
 // `model_decode` points taken as the fastest of their windows (what calibrate keeps, the
 // baseline: it must give the stored profile's predictions back) and as the median of their
 // windows, and the 24 validation architectures' decode step predicted under each. No timing:
-// the same measurements read two ways, so what changes is the statistic alone, not the machine.
+// the same measurements read two ways, so what changes is the statistic alone, not the machine;
+// and as the fastest of the first three and six windows (how the reading depends on their number).
 // bench/cost_replay.py pairs the output with the validation's samples.
 //
 //   bench_cost_replay PROFILE.json DTYPE [PROMPT=256] [DECODE_STEPS=16]
@@ -78,10 +79,16 @@ int main(int argc, char** argv) {
     const std::vector<CalibrationPoint> points = model_decode_points(j);
     json out = {{"profile", path}, {"dtype", dtype}, {"model_decode_points", points.size()},
                 {"stored", predictions(stored, engine, dtype, prompt, steps)}};
-    for (const std::string stat : {"fastest", "median"}) {
+    // "first3" / "first6": the fastest of the first three / six windows (the first one / two
+    // passes' windows in a profile of three a pass): how the fastest's reading depends on how
+    // many windows it had.
+    for (const std::string stat : {"fastest", "median", "first3", "first6"}) {
       std::vector<CalibrationPoint> pts = points;
-      for (auto& p : pts)
-        p.seconds = stat == "median" ? median(p.window_s) : *std::min_element(p.window_s.begin(), p.window_s.end());
+      for (auto& p : pts) {
+        const size_t k = stat == "first3" ? 3 : stat == "first6" ? 6 : p.window_s.size();
+        const auto end = p.window_s.begin() + long(std::min(k, p.window_s.size()));
+        p.seconds = stat == "median" ? median(p.window_s) : *std::min_element(p.window_s.begin(), end);
+      }
       HardwareProfile h = stored;
       fit_model_decodes(h, pts, engine, dtype);
       out[stat] = predictions(h, engine, dtype, prompt, steps);

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Stored calibrate + validate pairs replayed with each statistic on each side (issue 37): the
-calibration's whole-model decode points as the fastest (what `cost calibrate` keeps) or the
+calibration's whole-model decode points as the fastest (what `cost calibrate` keeps), the fastest
+of their first six or three windows (how the fastest depends on the number of windows), or the
 median of their windows (bench_cost_replay refits the profile's decode rest and predicts the
 24 architectures), against each architecture's measured time as its fastest sweep's median
 (what `cost validate` reports), the median of its sweeps' medians, or the median of its sweeps'
 medians each divided by the speed reference's ratio around that sweep (now / calibrated, the
 geometric mean of the probes before and after it: the reference's model_decode point for decode,
 model_prefill for prefill), i.e. the time at the machine's speed when it was calibrated. The same
-measurements read six ways, so the comparison carries no machine noise between arms.
+measurements read twelve ways, so the comparison carries no machine noise between arms.
 
 Per report: the decode B=1 and latency MAPE (mean signed) of each pairing. Per set (a folder of
 consecutive pairs): the mean and the spread of latency MAPE. Per dtype: the means, and the
@@ -25,7 +26,7 @@ import tempfile
 
 from cost_pairs_summary import group, load, median, speed_ratios  # the same folder's pair summary
 
-CAL = ("fastest", "median")
+CAL = ("fastest", "first6", "first3", "median")
 
 
 # Each statistic of one row's sweep medians `m`, given the speed ratio `s` around each sweep.

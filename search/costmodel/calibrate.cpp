@@ -566,10 +566,13 @@ constexpr int kDecodeCalls = 9, kQuickDecodeCalls = 5, kPrefillCalls = 5, kQuick
 // is bimodal"): its latency-bound loads run in a fast or a slow state that holds for seconds.
 // With one window per pass, one calibration in six timed the slow state in all three passes
 // (model_fixed 0.59 ms against 0.21-0.30). So the models are built once and timed in short
-// windows spread over each pass (`window()` at the pass's start, middle and end), a point
-// keeps its fastest window's median (as validation keeps its fastest sweep's), and the
-// profile lists every window's (`window_s`). Over six calibrations the points moved
-// 1.05-1.25x (three-pass ones 1.03-1.37x; docs/costmodel.md, "Windows over each pass").
+// windows spread over each pass, a point keeps its fastest window's median (as validation
+// keeps its fastest sweep's), and the profile lists every window's (`window_s`). Over six
+// calibrations the points moved 1.05-1.25x (three-pass ones 1.03-1.37x; docs/costmodel.md,
+// "Windows over each pass"). Six windows a pass (after each group of measurements), not three:
+// replayed on 16 stored AVX2 pairs, the fastest of a point's first three, six and nine windows
+// gave decode B=1 17.7%, 15.2% and 14.6% MAPE, leaning high less with each (docs/costmodel.md,
+// "More windows").
 // In a window each model's steps run back to back (ColdStep::time, as the speed reference
 // probes them), the one-block model's, then the two-block one's, a fraction of a second apart,
 // so both see the same speed state. Call by call in turn with the other model, an fp32 step
@@ -1170,7 +1173,8 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   CalibrationResult r;
   r.clock = clock.name();
   // ---- measurements: whole passes, so the passes of one point are tens of seconds apart
-  // The whole-model decode points are timed in windows at each pass's start, middle and end.
+  // The whole-model decode points are timed in windows between the groups of measurements
+  // (six a pass; three, at its start, middle and end, in a quick calibration).
   std::vector<std::vector<CalibrationPoint>> runs(static_cast<size_t>(passes));
   std::optional<ModelStepWindows> model_steps;
   if (o.device == "cpu") model_steps.emplace(po);
@@ -1180,11 +1184,14 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   for (auto& pts : runs) {
     model_step_window();
     measure_gemms(b, pts);
+    if (!o.quick) model_step_window();
     measure_attention(b, pts);
     measure_scan(b, pts);
+    if (!o.quick) model_step_window();
     if (o.device == "cpu") measure_mamba_mixers(b, pts);
     model_step_window();
     if (o.device == "cpu") measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts);
+    if (!o.quick) model_step_window();
     if (o.device == "cpu") measure_model_prefills(po, clock, pts);
     model_step_window();
     if (model_steps) model_steps->add_points(pts);
