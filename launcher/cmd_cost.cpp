@@ -114,6 +114,10 @@ int run_cost_calibrate(const po::variables_map& vm, RunContext& ctx) {
   if (const auto& g = r.profile.gemm_line; g.measured)
     std::printf("  GEMM line: %.1f us per call + %.3f ns per weight byte + FLOPs at %.1f GFLOP/s\n", g.fixed * 1e6,
                 g.per_weight_byte * 1e9, g.per_flop > 0 ? 1e-9 / g.per_flop : 0.0);
+  std::printf("  time per group:");
+  for (size_t i = 0; i < r.phase_s.size(); ++i)
+    std::printf("%s %s %.1f s", i ? "," : "", r.phase_s[i].first.c_str(), r.phase_s[i].second);
+  std::printf("\n");
   write_file_atomic(out, r.to_json().dump(2) + "\n", "--out");
   std::printf("  wrote %s (calibration took %.1f s; other processes used %.1f of %d cores meanwhile)\n", out.c_str(),
               calib_s, r.profile.calibrated_on.other_cores, r.profile.calibrated_on.cores);

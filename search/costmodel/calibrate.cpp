@@ -1156,6 +1156,16 @@ std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<Calibra
   return out;
 }
 
+static void add_phase_seconds(std::vector<std::pair<std::string, double>>& phases, const std::string& group,
+                              double seconds) {
+  for (auto& [name, total] : phases)
+    if (name == group) {
+      total += seconds;
+      return;
+    }
+  phases.emplace_back(group, seconds);
+}
+
 CalibrationResult calibrate(const CalibrationOptions& o) {
   check_options(o);
   const dist::ScopedComputeThreads threads(o.threads);  // the caller's count back afterwards
@@ -1176,28 +1186,37 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   // The whole-model decode points are timed in windows between the groups of measurements
   // (six a pass; three, at its start, middle and end, in a quick calibration).
   std::vector<std::vector<CalibrationPoint>> runs(static_cast<size_t>(passes));
+  auto timed = [&r](const char* group, const auto& measure) {
+    const auto t0 = std::chrono::steady_clock::now();
+    measure();
+    add_phase_seconds(r.phase_s, group, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
   std::optional<ModelStepWindows> model_steps;
-  if (o.device == "cpu") model_steps.emplace(po);
+  if (o.device == "cpu") timed("model windows", [&] { model_steps.emplace(po); });
   auto model_step_window = [&] {
-    if (model_steps) model_steps->window(clock);
+    if (model_steps) timed("model windows", [&] { model_steps->window(clock); });
   };
   for (auto& pts : runs) {
     model_step_window();
-    measure_gemms(b, pts);
+    timed("gemms", [&] { measure_gemms(b, pts); });
     if (!o.quick) model_step_window();
-    measure_attention(b, pts);
-    measure_scan(b, pts);
+    timed("attention + scan", [&] {
+      measure_attention(b, pts);
+      measure_scan(b, pts);
+    });
     if (!o.quick) model_step_window();
-    if (o.device == "cpu") measure_mamba_mixers(b, pts);
+    if (o.device == "cpu") timed("mamba mixers", [&] { measure_mamba_mixers(b, pts); });
     model_step_window();
-    if (o.device == "cpu") measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts);
+    if (o.device == "cpu") timed("decode sublayer steps", [&] { measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts); });
     if (!o.quick) model_step_window();
-    if (o.device == "cpu") measure_model_prefills(po, clock, pts);
+    if (o.device == "cpu") timed("model prefills", [&] { measure_model_prefills(po, clock, pts); });
     model_step_window();
     if (model_steps) model_steps->add_points(pts);
-    measure_copies(b, pts);
-    measure_elementwise(b, pts);
-    measure_dispatch(b, pts);
+    timed("copies + elementwise + dispatch", [&] {
+      measure_copies(b, pts);
+      measure_elementwise(b, pts);
+      measure_dispatch(b, pts);
+    });
   }
   r.points = fastest_pass(runs);
   // ---- fits
@@ -1230,7 +1249,9 @@ json CalibrationResult::to_json() const {
     if (!p.window_s.empty()) q["window_s"] = p.window_s;
     m.push_back(q);
   }
-  j["measurements"] = {{"mape", mape}, {"clock", clock}, {"points", m}};
+  json phases = json::object();
+  for (const auto& [group, seconds] : phase_s) phases[group] = seconds;
+  j["measurements"] = {{"mape", mape}, {"clock", clock}, {"points", m}, {"phase_s", phases}};
   return j;
 }
 

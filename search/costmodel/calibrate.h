@@ -68,6 +68,9 @@ struct CalibrationResult {
   std::vector<CalibrationPoint> points;
   double mape = 0;  // mean absolute percentage error of the fitted profile on its own points
   std::string clock;  // Stopwatch::name()
+  // Wall seconds of each group of measurements over all passes, in the order they first ran
+  // ("model windows" counts building the whole models and timing their windows).
+  std::vector<std::pair<std::string, double>> phase_s;
   nlohmann::json to_json() const;  // the profile plus the measurements
 };
 

@@ -67,6 +67,16 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_GT(h.kernel_overhead_s, 0);    // one tiny framework op costs something
   EXPECT_LT(h.kernel_overhead_s, 1e-3); // and far less than a millisecond
   EXPECT_LT(r.mape, 1.0) << r.to_json().dump(1);  // two parameters per kind, on a shared, noisy machine
+  // Each group of measurements says what it took, once, in the order it ran; the JSON has them.
+  std::vector<std::string> groups;
+  for (const auto& [group, seconds] : r.phase_s) {
+    groups.push_back(group);
+    EXPECT_GT(seconds, 0) << group;
+    EXPECT_DOUBLE_EQ(r.to_json()["measurements"]["phase_s"].at(group).get<double>(), seconds);
+  }
+  EXPECT_EQ(groups, (std::vector<std::string>{"model windows", "gemms", "attention + scan", "mamba mixers",
+                                              "decode sublayer steps", "model prefills",
+                                              "copies + elementwise + dispatch"}));
   // The JSON it writes is a loadable profile.
   const HardwareProfile back = hardware_from_json(r.to_json(), "cpu-local.json");
   EXPECT_DOUBLE_EQ(back.peak_flops, h.peak_flops);
