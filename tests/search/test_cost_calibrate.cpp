@@ -996,3 +996,59 @@ TEST(CostCalibrate, LocalProfileBusy) {
   }
   std::filesystem::remove_all(cache);
 }
+
+// Eager attention's cost has a part per score element (mask, softmax, the [H x S x S] scores
+// written and read) that a FLOP rate cannot price: at equal FLOPs, twice the heads of half the
+// dimension take twice the time on the Intel AMX class (docs/costmodel.md "Attention's
+// scores"). The fit recovers such a term from the calibration's shapes, a FLOP line alone
+// cannot, and a prefill's TTFT carries heads x p^2 of it per attention layer.
+TEST(CostCalibrate, AttentionFitsAScoreElementTerm) {
+  HardwareProfile h;
+  h.peak_flops = 1e11;
+  const double per_elem = 3e-9, overhead = 5e-6;
+  auto points = [&](bool with_elems) {
+    std::vector<CalibrationPoint> out;
+    for (const auto& [H, D, S] : std::vector<std::array<int64_t, 3>>{{8, 64, 128}, {8, 64, 512}, {8, 64, 1024},
+                                                                     {8, 64, 2048}, {16, 32, 512}, {4, 128, 1024},
+                                                                     {2, 128, 2048}, {16, 32, 1536}}) {
+      CalibrationPoint p;
+      p.kind = "attention", p.flops = 4.0 * H * D * S * (S + 1) / 2.0;
+      const double elems = double(H) * S * S;
+      p.seconds = p.flops / (0.5 * h.peak_flops) + per_elem * elems + 20e-6;
+      p.features = {0.0, with_elems ? elems : 0.0};
+      out.push_back(p);
+    }
+    return out;
+  };
+  auto fit_error = [&](const HardwareProfile& f, const std::vector<CalibrationPoint>& pts) {
+    double worst = 0;
+    for (const auto& p : pts)
+      worst = std::max(worst, std::fabs(roofline_seconds(f, "attention", p.flops, p.bytes) +
+                                        f.score_element_s * p.features[1] - p.seconds) / p.seconds);
+    return worst;
+  };
+  HardwareProfile with = h, without = h;
+  with.kernel_overhead_s = without.kernel_overhead_s = overhead;
+  fit_attention(with, points(true), overhead);
+  fit_attention(without, points(false), overhead);
+  EXPECT_NEAR(with.score_element_s, per_elem, 1e-3 * per_elem);
+  EXPECT_NEAR(with.attention.max, 0.5, 1e-3);
+  EXPECT_LT(fit_error(with, points(true)), 1e-6);
+  EXPECT_EQ(without.score_element_s, 0.0);        // no scores (the fused kernel): the FLOP line
+  EXPECT_GT(fit_error(without, points(false)), 0.2);  // which misses these times by far
+  // The JSON keeps the term.
+  HardwareProfile stored = load_hardware(AC_SOURCE_DIR "/configs/hardware/cpu-avx512bf16-example.json", AC_SOURCE_DIR "/configs");
+  stored.score_element_s = per_elem;
+  EXPECT_DOUBLE_EQ(hardware_from_json(hardware_to_json(stored), "p.json").score_element_s, per_elem);
+  // A prefill pays heads x p^2 elements per attention layer on top.
+  const EngineProfile eager = load_engine(kPrefillEngine, AC_SOURCE_DIR "/configs");
+  ac::model::ArchSpec spec = validation_architectures().at(0).spec;
+  double elems = 0;
+  for (const auto& l : spec.layers)
+    if (l.attention) elems += double(l.attention->num_heads) * 256 * 256;
+  ASSERT_GT(elems, 0);
+  HardwareProfile base = stored;
+  base.score_element_s = 0;
+  EXPECT_NEAR(predict_prompt(spec, stored, eager, 256, 1).ttft_s - predict_prompt(spec, base, eager, 256, 1).ttft_s,
+              per_elem * elems, 1e-6 * per_elem * elems);
+}
