@@ -6,20 +6,12 @@
 // the same measurements read two ways, so what changes is the statistic alone, not the machine;
 // and as the fastest of the first three and six windows (how the reading depends on their number).
 // bench/cost_replay.py pairs the output with the validation's samples.
-// With --prefill it replays the prefill instead: the attention curve refitted to the profile's
-// `attention` points with and without a term per score element (HardwareProfile::
-// score_element_s; the elements H S^2 read off each point's shape, as the eager core computes
-// them), the whole-model prefill rest refitted after it, and the 24 architectures' TTFT at 128,
-// 256 and 2048 tokens predicted under each ("stored", "refit" = no score term: must give the
-// stored predictions back, "scores").
 //
 //   bench_cost_replay PROFILE.json DTYPE [PROMPT=256] [DECODE_STEPS=16]
-//   bench_cost_replay --prefill PROFILE.json DTYPE
 //
 // Prints one JSON object: per statistic ("stored" = the profile as loaded), each architecture's
 // predicted decode step (seconds) and the refitted terms.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -69,79 +61,11 @@ json predictions(const HardwareProfile& h, const EngineProfile& engine, const st
   return {{"decode_s", out}, {"terms", decode_terms(h)}};
 }
 
-// The profile's points of `kind` as calibrate() held them (seconds and features).
-std::vector<CalibrationPoint> stored_points(const json& profile, const std::string& kind) {
-  std::vector<CalibrationPoint> out;
-  for (const auto& q : profile.at("measurements").at("points"))
-    if (q.at("kind") == kind) {
-      CalibrationPoint p;
-      p.kind = kind, p.shape = q.at("shape"), p.flops = q.at("flops"), p.bytes = q.at("bytes");
-      p.seconds = q.at("seconds");
-      p.features = q.value("features", std::vector<double>{});
-      out.push_back(p);
-    }
-  return out;
-}
-
-// Each architecture's TTFT at 128, 256 and 2048 tokens.
-json ttfts(const HardwareProfile& h, const EngineProfile& engine, const std::string& dtype) {
-  json out = json::object();
-  for (auto c : validation_architectures()) {
-    c.spec.dtype = dtype;
-    for (const int64_t p : {128, 256, 2048}) out[c.name][std::to_string(p)] = predict_prompt(c.spec, h, engine, p, 1).ttft_s;
-  }
-  return out;
-}
-
-json replay_prefill(const json& j, const HardwareProfile& stored, const EngineProfile& engine, const std::string& dtype) {
-  json out = {{"stored", {{"ttft_s", ttfts(stored, engine, dtype)}}}};
-  const std::vector<CalibrationPoint> prefills = stored_points(j, "model_prefill");
-  for (const bool scores : {false, true}) {
-    std::vector<CalibrationPoint> att = stored_points(j, "attention");
-    for (auto& p : att) {
-      int H = 0, D = 0, S = 0;
-      if (std::sscanf(p.shape.c_str(), "H%d D%d S%d", &H, &D, &S) != 3) throw std::runtime_error("attention shape " + p.shape);
-      p.features.resize(2, 0.0);
-      p.features[1] = scores ? double(H) * S * S : 0.0;
-    }
-    HardwareProfile h = stored;
-    fit_attention(h, att, h.kernel_overhead_s);
-    fit_model_prefills(h, prefills, engine, dtype);
-    double err = 0;
-    for (const auto& p : att)
-      err += std::fabs(roofline_seconds(h, "attention", p.flops, p.bytes) + h.fresh_bytes_s * p.features[0] +
-                       h.score_element_s * p.features[1] - p.seconds) / p.seconds;
-    out[scores ? "scores" : "refit"] = {
-        {"ttft_s", ttfts(h, engine, dtype)},
-        {"terms", {{"score_element_s", h.score_element_s}, {"fresh_bytes_s", h.fresh_bytes_s},
-                   {"attention_max", h.attention.max}, {"attention_half", h.attention.half},
-                   {"prefill_model_fixed_s", h.prefill.model_fixed},
-                   {"prefill_model_per_element_s", h.prefill.model_per_element},
-                   {"attention_fit_mape", err / double(att.size())}}}};
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--prefill") {
-    try {
-      const std::string path = argv[2], dtype = argv[3];
-      std::ifstream f(path);
-      if (!f) throw std::runtime_error(path + ": cannot open");
-      const json j = json::parse(f);
-      const json out = replay_prefill(j, hardware_from_json(j, path), load_engine(kPrefillEngine, default_configs_dir()), dtype);
-      std::printf("%s\n", json({{"profile", path}, {"dtype", dtype}, {"prefill", out}}).dump().c_str());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "bench_cost_replay: %s\n", e.what());
-      return 1;
-    }
-    return 0;
-  }
   if (argc < 3 || argc > 5) {
-    std::fprintf(stderr, "usage: bench_cost_replay PROFILE.json DTYPE [PROMPT=256] [DECODE_STEPS=16]\n"
-                         "       bench_cost_replay --prefill PROFILE.json DTYPE\n");
+    std::fprintf(stderr, "usage: bench_cost_replay PROFILE.json DTYPE [PROMPT=256] [DECODE_STEPS=16]\n");
     return 2;
   }
   try {

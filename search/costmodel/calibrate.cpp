@@ -650,8 +650,6 @@ double model_prefill_seconds(const HardwareProfile& hw, const EngineProfile& eng
   return predict_prompt(spec, hw, engine, int64_t(f.at(0)), 1).ttft_s;
 }
 
-}  // namespace
-
 // The prefill rest: each model_prefill point's time = the engine's prediction (the rest
 // excluded) + model_fixed + model_per_element x p h. Per model, not per sublayer: a term per
 // sublayer (fitted here on 1-2 blocks of attention + MLP) over-predicted the 24 validation
@@ -675,8 +673,6 @@ void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>&
   h.prefill.model_fixed = c[0], h.prefill.model_per_element = c[1];
   h.prefill.measured = true;
 }
-
-namespace {
 
 // Whether a sublayer step point stepped more than one sequence (its rows - 1 feature > 0).
 bool batched_step(const CalibrationPoint& p) {
@@ -825,14 +821,6 @@ void measure_gemms(const Bench& b, std::vector<CalibrationPoint>& points) {
   for (const auto& [in, out] : rect) measure(in, out, rect_rows);
 }
 
-// An attention point's features: the eager core's [H x S x S] scores as fresh-page bytes and as
-// elements (none for SDPA: it keeps no scores).
-std::vector<double> attention_features(int64_t H, int64_t S, double eb) {
-  if (!model::eager_attention()) return {0.0, 0.0};
-  const double elems = double(H) * double(S) * double(S);
-  return {detail::eager_score_fresh_bytes(detail::Vec(1, elems), eb)[0], elems};
-}
-
 // Causal attention by the model's own core (model::attention_core: the fused SDPA kernel on
 // LibTorch >= 2.1, eager math before): the useful work is counted causally, so the fitted
 // efficiency absorbs the masked half.
@@ -847,7 +835,8 @@ void measure_attention(const Bench& b, std::vector<CalibrationPoint>& points) {
     const double s = time_it([&] { (void)model::attention_core(q, k, v); }, b.dev, b.o.min_seconds, b.clock);
     add_point(points, "attention", "H" + std::to_string(H) + " D" + std::to_string(D) + " S" + std::to_string(S),
               4.0 * H * D * S * (S + 1) / 2.0, b.eb * 4.0 * S * H * D, s);
-    points.back().features = attention_features(H, S, b.eb);
+    // the scores' fresh-page bytes (eager core; none for SDPA)
+    points.back().features = {model::eager_attention() ? detail::eager_score_fresh_bytes(detail::Vec(1, double(H * S * S)), b.eb)[0] : 0.0};
   }
 }
 
@@ -1033,27 +1022,18 @@ void fit_gemm(HardwareProfile& h, const std::vector<CalibrationPoint>& points, d
   }
 }
 
-}  // namespace
-
-// Attention: t = flops / (peak x max) + fresh_bytes_s x fresh-page bytes of the scores +
-// score_element_s x score elements + c (non-negative, relative least squares); shapes below and
-// above the fresh-page size, and at equal FLOPs with twice the heads (twice the scores). Without
-// scores (a fused kernel) this is the line on FLOPs alone. Over the stored profiles of every
-// CPU class the score term took the attention points' fit from 12-20% to 2-6%
-// (docs/costmodel.md "Attention's scores").
+// Attention: t = flops / (peak x max) + fresh_bytes_s x fresh-page bytes of the scores + c
+// (non-negative, relative least squares); shapes below and above the fresh-page size. Without
+// a fresh-page term (a fused kernel: no scores) this is the line on FLOPs alone.
 void fit_attention(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double overhead) {
   std::vector<std::vector<double>> X;
   std::vector<double> t;
   for (const auto& p : points)
-    if (p.kind == "attention") {
-      const double fresh = p.features.empty() ? 0.0 : p.features[0], elems = p.features.size() > 1 ? p.features[1] : 0.0;
-      X.push_back({p.flops, fresh, elems, 1.0}), t.push_back(p.seconds);
-    }
+    if (p.kind == "attention") X.push_back({p.flops, p.features.empty() ? 0.0 : p.features[0], 1.0}), t.push_back(p.seconds);
   const std::vector<double> c = fit_nonneg(X, t);
   if (c[0] > 0) {
-    h.attention = {std::min(1.0, 1.0 / (c[0] * h.peak_flops)), std::max(0.0, c[3] - overhead) / c[0]};
+    h.attention = {std::min(1.0, 1.0 / (c[0] * h.peak_flops)), std::max(0.0, c[2] - overhead) / c[0]};
     h.fresh_bytes_s = c[1];
-    h.score_element_s = c[2];
     return;
   }
   std::vector<double> w;
@@ -1061,10 +1041,7 @@ void fit_attention(HardwareProfile& h, const std::vector<CalibrationPoint>& poin
   const auto [a, b] = fit_linear(w, t);
   h.attention = {std::min(1.0, 1.0 / (a * h.peak_flops)), std::max(0.0, b - overhead) / a};
   h.fresh_bytes_s = 0;
-  h.score_element_s = 0;
 }
-
-namespace {
 
 // The straight lines of the roofline: memory, GEMM, elementwise, attention and scan. Each
 // curve's intercept keeps what is left of its fitted fixed cost after the per-operator
@@ -1121,11 +1098,6 @@ void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& p
   }
 }
 
-// The scores' share of an attention point's time (features {fresh-page bytes, elements}).
-double attention_scores_seconds(const HardwareProfile& h, const std::vector<double>& f) {
-  return h.fresh_bytes_s * (f.empty() ? 0.0 : f[0]) + h.score_element_s * (f.size() > 1 ? f[1] : 0.0);
-}
-
 // Each point's time by the fitted profile; the mean absolute percentage error.
 double score_points(const HardwareProfile& h, const EngineProfile& engine, std::vector<CalibrationPoint>& points,
                     const std::string& dtype, double eb) {
@@ -1140,7 +1112,7 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
                         ? decode_step_seconds(h, p.kind, p.features, p.gemms, eb)
                         : roofline_seconds(h, p.kind, p.flops, p.bytes, p.rows) +
-                              (p.kind == "attention" ? attention_scores_seconds(h, p.features) : 0.0);
+                              (p.kind == "attention" ? h.fresh_bytes_s * p.features.at(0) : 0.0);
     err += std::fabs(p.predicted_s - p.seconds) / p.seconds;
   }
   return err / double(points.size());

@@ -93,16 +93,6 @@ double median(std::vector<double> v);
 void fit_model_decodes(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine,
                        const std::string& dtype);
 
-// The attention curve of `h` (efficiency, fresh_bytes_s, score_element_s) fitted to the
-// `attention` points (features {the scores' fresh-page bytes, score elements}), as calibrate()
-// does; `overhead` the per-operator overhead already measured. bench/bench_cost_replay refits
-// stored profiles with it.
-void fit_attention(HardwareProfile& h, const std::vector<CalibrationPoint>& points, double overhead);
-// The whole-model prefill rest of `h` (PrefillStepCost) refitted to the `model_prefill` points,
-// as the last step of calibrate() does.
-void fit_model_prefills(HardwareProfile& h, const std::vector<CalibrationPoint>& points, const EngineProfile& engine,
-                        const std::string& dtype);
-
 // Time of one operator under a profile (the roofline of formulas.h, for reporting and tests).
 // `rows`: a GEMM's rows (0: many, no matrix-vector penalty).
 double roofline_seconds(const HardwareProfile& hw, const std::string& kind, double flops, double bytes, double rows = 0);

@@ -250,11 +250,9 @@ class Evaluator {
     T qkv = (d.heads + 2.0 * d.kv_heads) * d.head_dim, qd = d.heads * d.head_dim, kvd = d.kv_heads * d.head_dim;
     T core_flops = 4.0 * qd * (b * s * (past + (s + 1.0) / 2.0));
     T core_bytes = (N * (qkv + qd)) * g_.abytes + kvd * (2.0 * b * past * g_.kvbytes);
-    // Eager attention materialises every head's [s x (past + s)] scores: each element costs its
-    // mask, softmax and traffic (HardwareProfile::score_element_s), and past 32 MiB a tensor
-    // comes in fresh pages (fresh_bytes_s; both 0 for fused kernels).
-    T score_elems = d.heads * (b * s * (past + s));
-    T scores = eager_score_fresh_bytes<T>(score_elems, g_.abytes) * hw_.fresh_bytes_s + score_elems * hw_.score_element_s;
+    // Eager attention materialises every head's [s x (past + s)] scores; past 32 MiB a tensor
+    // comes in fresh pages (HardwareProfile::fresh_bytes_s; 0 for fused kernels).
+    T scores = eager_score_fresh_bytes<T>(d.heads * (b * s * (past + s)), g_.abytes) * hw_.fresh_bytes_s;
     T attn = gemm(2.0 * N * h * qkv, h * qkv, N * (h + qkv), N) +
              op_time<T>(core_flops, core_bytes, hw_.attention, one()) + scores +
              gemm(2.0 * N * qd * h, qd * h, N * (qd + h), N) + mem_op(2.0 * N * h);

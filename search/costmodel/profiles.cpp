@@ -230,7 +230,6 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
   h.kernel_overhead_s = f.number_or("kernel_overhead_s", 0.0);
   h.gemm_rows_half = f.number_or("gemm_rows_half", 0.0);
   h.fresh_bytes_s = f.number_or("fresh_bytes_s", 0.0);
-  h.score_element_s = f.number_or("score_element_s", 0.0);
   h.threads = static_cast<int>(f.number_or("threads", 0.0));
   const json& eff = f.get("efficiency");
   if (!eff.is_object()) f.fail("efficiency", "expected an object with gemm, attention, scan, memory");
@@ -359,7 +358,6 @@ json hardware_to_json(const HardwareProfile& h) {
           {"efficiency", {{"gemm", c(h.gemm)}, {"attention", c(h.attention)}, {"scan", c(h.scan)}, {"memory", c(h.memory)}, {"elementwise", c(h.elementwise)}}}};
   if (h.threads > 0) j["threads"] = h.threads;
   if (h.fresh_bytes_s > 0) j["fresh_bytes_s"] = h.fresh_bytes_s;
-  if (h.score_element_s > 0) j["score_element_s"] = h.score_element_s;
   if (h.interconnect.present()) {
     const auto& ic = h.interconnect;
     j["interconnect"] = {{"intra_node_bandwidth", ic.intra_node_bandwidth},

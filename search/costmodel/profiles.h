@@ -37,12 +37,6 @@ struct HardwareProfile {
   // faults in and zeroes on first touch: eager attention's [H x T x S] score tensors beyond ~1K
   // tokens. Fitted by `cost calibrate` on the attention points; 0 on GPU profiles.
   double fresh_bytes_s = 0;
-  // Seconds per element of eager attention's [H x T x S] scores, at any size: the mask, the
-  // softmax and the scores written and read again, which a FLOP rate does not price (on the
-  // Intel AMX class 2.9 ns an element, two heads of dimension 32 twice one of 64 at equal
-  // FLOPs). Fitted by `cost calibrate` on the attention points; 0 on GPU profiles and for the
-  // fused SDPA kernel (no scores).
-  double score_element_s = 0;
   int threads = 0;              // CPU profiles: intra-op threads the rates were measured with (0: whole device)
   EfficiencyCurve gemm, attention, scan, memory;
   // Elementwise arithmetic (norms, gates, residual adds) as a fraction of memory_bandwidth;
