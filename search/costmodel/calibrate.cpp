@@ -1156,8 +1156,8 @@ std::vector<CalibrationPoint> fastest_pass(const std::vector<std::vector<Calibra
   return out;
 }
 
-static void add_phase_seconds(std::vector<std::pair<std::string, double>>& phases, const std::string& group,
-                              double seconds) {
+namespace {
+void add_phase_seconds(std::vector<std::pair<std::string, double>>& phases, const std::string& group, double seconds) {
   for (auto& [name, total] : phases)
     if (name == group) {
       total += seconds;
@@ -1165,6 +1165,7 @@ static void add_phase_seconds(std::vector<std::pair<std::string, double>>& phase
     }
   phases.emplace_back(group, seconds);
 }
+}  // namespace
 
 CalibrationResult calibrate(const CalibrationOptions& o) {
   check_options(o);
@@ -1207,7 +1208,8 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     if (!o.quick) model_step_window();
     if (o.device == "cpu") timed("mamba mixers", [&] { measure_mamba_mixers(b, pts); });
     model_step_window();
-    if (o.device == "cpu") timed("decode sublayer steps", [&] { measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts); });
+    if (o.device == "cpu")
+      timed("decode sublayer steps", [&] { measure_decode_steps(po, b.opt, dt, b.eb, b.pool_bytes, clock, pts); });
     if (!o.quick) model_step_window();
     if (o.device == "cpu") timed("model prefills", [&] { measure_model_prefills(po, clock, pts); });
     model_step_window();
