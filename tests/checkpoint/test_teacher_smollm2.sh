@@ -112,7 +112,11 @@ done
 
 # Generation with the KV cache: greedy is deterministic and equals argmax of full recomputation
 # (TeacherSmolLM2.CachedDecodeEqualsFullForward checks the logits); sampling repeats per seed.
-expect_rc 0 "$AC_BIN" generate --model "$T/teacher" --chat --prompt "What is the capital of France?" --max-new-tokens 12 --greedy --json
+# In f32, as the checks above: the answer is then the model's on every CPU class. In bf16 (what
+# `auto` picks with native bf16) the 4-bit teacher's greedy path follows the kernels' rounding:
+# on the Intel AMX class it answered "L'Étoile, la Marseillaise," (thirty-fourth session's CI),
+# where earlier sessions on Zen 4 passed; in f32 it says "The capital of France is Paris." there.
+expect_rc 0 "$AC_BIN" generate --model "$T/teacher" --chat --prompt "What is the capital of France?" --max-new-tokens 12 --greedy --json --dtype f32
 expect_out '"stopped"'
 grep -qi "paris" "$T/out" || { cat "$T/out"; fail "the teacher does not say Paris"; }
 for s in 1 1 2; do
