@@ -69,10 +69,11 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_LT(r.mape, 1.0) << r.to_json().dump(1);  // two parameters per kind, on a shared, noisy machine
   // Each group of measurements says what it took, once, in the order it ran; the JSON has them.
   std::vector<std::string> groups;
+  const nlohmann::json phases = r.to_json()["measurements"]["phase_s"];
   for (const auto& [group, seconds] : r.phase_s) {
     groups.push_back(group);
     EXPECT_GT(seconds, 0) << group;
-    EXPECT_DOUBLE_EQ(r.to_json()["measurements"]["phase_s"].at(group).get<double>(), seconds);
+    EXPECT_DOUBLE_EQ(phases.at(group).get<double>(), seconds);
   }
   EXPECT_EQ(groups, (std::vector<std::string>{"model windows", "gemms", "attention + scan", "mamba mixers",
                                               "decode sublayer steps", "model prefills",
