@@ -51,6 +51,7 @@ int usage(const std::string& why) {
 
 int main(int argc, char** argv) {
   dist::default_omp_wait(argc, argv);  // as the autocompress launcher does
+  dist::default_flush_denormals();
   std::map<std::string, std::string> a = {{"--threads", "1"}, {"--rounds", "3"}, {"--dtype", "f32"},
                                           {"--batch", "1"},   {"--iters", "8"},  {"--concurrency", "1"},
                                           {"--clock", "wall"}};

@@ -31,6 +31,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char** argv) {
   ac::dist::default_omp_wait(argc, argv);  // as the autocompress launcher does
+  ac::dist::default_flush_denormals();
   std::map<std::string, std::string> a = {{"--dtype", "float32"}, {"--batch", "2"}, {"--seq", "256"},
                                           {"--threads", "1"},      {"--iters", "5"},  {"--warmup", "1"}};
   for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];

@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   ac::dist::default_omp_wait(argc, argv);
+  ac::dist::default_flush_denormals();
   ac::dist::set_compute_threads(1);
   ac::dist::tensor_memory::install(1);
   const auto hw = ac::search::load_hardware(argv[1], ac::search::default_configs_dir());

@@ -90,6 +90,7 @@ int usage(const std::string& why) {
 
 int main(int argc, char** argv) {
   dist::default_omp_wait(argc, argv);
+  dist::default_flush_denormals();
   std::map<std::string, std::string> a = {{"--threads", "1"}, {"--rounds", "2"}, {"--dtype", "f32"},
                                           {"--batch-tokens", "4096"}, {"--limit", "20"}};
   for (int i = 1; i + 1 < argc; i += 2) a[argv[i]] = argv[i + 1];

@@ -13,6 +13,10 @@
 #include <string>
 #include <thread>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 namespace ac::dist {
 
 std::string openblas_core_upgrade() {
@@ -103,6 +107,28 @@ ScopedComputeThreads::ScopedComputeThreads(int n) {
 }
 ScopedComputeThreads::~ScopedComputeThreads() {
   if (previous_ > 0) set_compute_threads(previous_);
+}
+
+namespace {
+#if defined(__x86_64__) || defined(__i386__)
+constexpr unsigned kFtzDaz = 0x8040;  // MXCSR: flush to zero (bit 15), denormals are zero (bit 6)
+#endif
+}  // namespace
+
+bool default_flush_denormals() {
+  if (const char* keep = std::getenv("AC_KEEP_DENORMALS"); keep != nullptr && std::string(keep) == "1") return false;
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_setcsr(_mm_getcsr() | kFtzDaz);
+#endif
+  return denormals_flushed();
+}
+
+bool denormals_flushed() {
+#if defined(__x86_64__) || defined(__i386__)
+  return (_mm_getcsr() & kFtzDaz) == kFtzDaz;
+#else
+  return false;
+#endif
 }
 
 int blas_threads() {

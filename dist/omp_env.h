@@ -65,6 +65,26 @@ std::string omp_wait_setting();
 // several MPI ranks on a node oversubscribe it (docs/costmodel.md, "OpenBLAS threads").
 void set_compute_threads(int n);
 
+// Denormal floats (|x| < 1.2e-38, in fp32 and in bf16, which has fp32's exponent) flushed to
+// zero where an op produces one (FTZ) and read as zero where an op takes one (DAZ), as
+// PyTorch's torch.set_flush_denormal(True) does. A denormal operand sends the CPU's vector unit
+// to a microcode assist: on the Intel AMX class an fp32 GEMM whose input is denormal ran 160x
+// slower (165 ms vs 1.0 ms at 512^3), an exp into the denormal range 6.7x. The Mamba-2 scan
+// makes them wherever a chunk's decay exp(cs_i - cs_j) underflows, so its prefill cost
+// depended on the weights' decay rates, not on its shape: 1.1-2.1x between flushing and not
+// at the calibration's mixer sizes (docs/costmodel.md, "Denormals"). Flushed, an op's time
+// follows its shape, which is what the cost model prices; values that small change no result
+// this project computes. Call first thing in main(), after default_omp_wait (an exec resets
+// the CPU's control register) and before any thread is started: the register is per thread,
+// and threads inherit their creator's (ATen's OpenMP workers are started later, by the main
+// thread; OpenBLAS's pool, started when it is loaded, takes the caller's mode with each call,
+// checked by test). Sets nothing when AC_KEEP_DENORMALS=1 or off x86. Returns whether this
+// thread flushes them now.
+bool default_flush_denormals();
+
+// Whether this thread flushes denormals (FTZ and DAZ both set); false off x86.
+bool denormals_flushed();
+
 // OpenBLAS's thread count, or 0 when LibTorch does not run on OpenBLAS.
 int blas_threads();
 

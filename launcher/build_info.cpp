@@ -56,7 +56,8 @@ nlohmann::json build_features() {
   const dist::DtypeChoice automatic = dist::choose_dtype("auto", torch::cuda::is_available());
   j["cpu"] = {{"vendor", cpu.vendor}, {"model", cpu.model},
               {"avx2", cpu.avx2}, {"avx512f", cpu.avx512f}, {"avx512_bf16", cpu.avx512_bf16}, {"amx_bf16", cpu.amx_bf16},
-              {"dtype_auto", automatic.dtype}, {"dtype_auto_reason", automatic.reason}};
+              {"dtype_auto", automatic.dtype}, {"dtype_auto_reason", automatic.reason},
+              {"denormals_flushed", dist::denormals_flushed()}};  // main() set it unless AC_KEEP_DENORMALS=1
   return j;
 }
 

@@ -106,6 +106,8 @@ int run_env(const po::variables_map& vm, RunContext& ctx) {
         isa += std::string(isa.empty() ? "" : ", ") + k + (c[k].get<bool>() ? " yes" : " no");
       row("CPU", c["model"].get<std::string>() + " (" + c["vendor"].get<std::string>() + "): " + isa);
       row("dtype", "auto -> " + c["dtype_auto"].get<std::string>() + " (" + c["dtype_auto_reason"].get<std::string>() + ")");
+      row("Denormals", c["denormals_flushed"].get<bool>() ? "flushed to zero (FTZ + DAZ; AC_KEEP_DENORMALS=1 keeps them)"
+                                                          : std::string("kept (AC_KEEP_DENORMALS=1, or not x86)"));
       row("Profile", local_profile_summary(default_cache_dir()));
       const auto& tc = f["cpu_tensor_cache"];
       row("Allocator", tc["limit_bytes"].get<int64_t>() > 0

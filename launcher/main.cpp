@@ -237,6 +237,8 @@ int main(int argc, char** argv) {
   ac::dist::default_primitive_caches();
   // Before MPI_Init: may re-execute this program with GOMP_SPINCOUNT set (dist/omp_env.h).
   ac::dist::default_omp_wait(argc, argv);
+  // Before any thread: denormals flushed to zero (FTZ + DAZ; dist/omp_env.h).
+  ac::dist::default_flush_denormals();
   ac::dist::Runtime rt(&argc, &argv);
   // LibTorch defaults to the physical core count (1 on a 2-vCPU VM). Unless the user set
   // OMP_NUM_THREADS, share the node's hardware threads among the ranks on it.

@@ -1,4 +1,5 @@
-// gtest main for suites that run under mpiexec: rank 0 prints the usual report, other ranks
+// gtest main for suites that run under mpiexec: the launcher's CPU defaults (denormals flushed,
+// dist/omp_env.h), then rank 0 prints the usual report, other ranks
 // print only their failures (prefixed with the rank), and the exit code is non-zero when
 // any rank failed. Also works without mpiexec (one rank).
 #include <gtest/gtest.h>
@@ -7,6 +8,7 @@
 #include <cstdio>
 
 #include "dist/mpi_singleton.h"
+#include "dist/omp_env.h"
 
 namespace {
 
@@ -27,6 +29,7 @@ class FailuresOnly : public testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   int provided = 0;
+  ac::dist::default_flush_denormals();  // as the launcher does (dist/omp_env.h)
   ac::dist::prefer_isolated_singleton();  // one-process runs: no orted (dist/runtime.h)
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

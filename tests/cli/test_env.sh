@@ -15,6 +15,10 @@ expect_out "CPU  "
 expect_out "avx512_bf16 \(yes\|no\)"
 if grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo; then want=bf16; else want=f32; fi
 expect_out "dtype *auto -> $want "
+# Denormals flushed by default (dist/omp_env.h); AC_KEEP_DENORMALS=1 keeps them.
+expect_out "Denormals *flushed to zero (FTZ + DAZ"
+expect_rc 0 env AC_KEEP_DENORMALS=1 "$AC_BIN" env
+expect_out "Denormals *kept (AC_KEEP_DENORMALS=1"
 # The CPU allocator's reuse of freed blocks: its cap, set or switched off by AC_CPU_CACHE_MB,
 # and a bad value refused by name before anything runs.
 expect_out "Allocator *freed CPU blocks >= 1 MiB kept for reuse, up to [0-9]* MiB (AC_CPU_CACHE_MB)"
