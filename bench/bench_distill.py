@@ -256,6 +256,7 @@ def main():
     if args.dtype == "auto":
         args.dtype = "bf16" if args.device == "cuda" or native_bf16() else "f32"
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # the same CPU mode as autocompress (FTZ + DAZ, dist/omp_env.h)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     with tempfile.TemporaryDirectory() as work:
         rng = np.random.default_rng(0)

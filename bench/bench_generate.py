@@ -114,6 +114,7 @@ def main():
     from tokenizers import Tokenizer
 
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # the same CPU mode as autocompress (FTZ + DAZ, dist/omp_env.h)
     transformers.logging.disable_progress_bar()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")

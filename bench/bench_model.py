@@ -79,6 +79,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"CPU: {cpu} (figures are of this CPU only; bf16 is slow where it has no AVX512_BF16/AMX)")
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # the same CPU mode as autocompress (FTZ + DAZ, dist/omp_env.h)
     rows = []
     wait_policy = "?"
     with tempfile.TemporaryDirectory() as tmp:

@@ -29,6 +29,7 @@ def transformers_one_by_one(hf, requests, threads, rounds):
     import torch
     from transformers import AutoModelForCausalLM
     torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)  # the same CPU mode as autocompress (FTZ + DAZ, dist/omp_env.h)
     torch.set_grad_enabled(False)
     model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32).eval()
     best, total = 1e30, 0.0
