@@ -71,8 +71,8 @@ void set_compute_threads(int n);
 // to a microcode assist: on the Intel AMX class an fp32 GEMM whose input is denormal ran 160x
 // slower (165 ms vs 1.0 ms at 512^3), an exp into the denormal range 6.7x. The Mamba-2 scan
 // makes them wherever a chunk's decay exp(cs_i - cs_j) underflows, so its prefill cost
-// depended on the weights' decay rates, not on its shape: 1.1-2.1x between flushing and not
-// at the calibration's mixer sizes (docs/costmodel.md, "Denormals"). Flushed, an op's time
+// depended on the weights' decay rates, not on its shape: 1.04-3.45x between flushing and not
+// at the calibration's twelve mixer sizes there (docs/costmodel.md, "Denormals"). Flushed, an op's time
 // follows its shape, which is what the cost model prices; values that small change no result
 // this project computes. Call first thing in main(), after default_omp_wait (an exec resets
 // the CPU's control register) and before any thread is started: the register is per thread,
