@@ -21,6 +21,7 @@
 #include "dist/omp_env.h"
 #include "model/layers/attention.h"
 #include "model/layers/mamba2.h"
+#include "model/layers/selective_recompute.h"
 #include "model/kernels_version.h"
 #include "model/model.h"
 #include "search/costmodel/cost_model.h"
@@ -951,6 +952,24 @@ void measure_elementwise(const Bench& b, std::vector<CalibrationPoint>& points) 
   }
 }
 
+// The MLP / expert activation as the model runs it between its GEMMs (model::mlp_activation on
+// [tokens, ffn]): gated SwiGLU (its SiLU in fp32, cast back, times up) and plain squared ReLU,
+// at 128-4096 tokens of 768-3072 features. Features {elements, gated}.
+void measure_activations(const Bench& b, std::vector<CalibrationPoint>& points) {
+  const std::vector<std::pair<int64_t, int64_t>> sizes =
+      b.o.quick ? std::vector<std::pair<int64_t, int64_t>>{{128, 768}, {1024, 2048}}
+                : std::vector<std::pair<int64_t, int64_t>>{{128, 768}, {512, 1536}, {1024, 2048}, {2048, 3072}};
+  for (const bool gated : {true, false})
+    for (const auto& [n, f] : sizes) {
+      auto up = torch::randn({n, f}, b.opt), gate = gated ? torch::randn({n, f}, b.opt) : torch::Tensor();
+      const auto act = gated ? model::MlpActivation::SwiGLU : model::MlpActivation::ReLU2;
+      const double s = time_it([&] { (void)model::mlp_activation(gate, up, act); }, b.dev, b.o.min_seconds, b.clock);
+      add_point(points, "activation", std::string(gated ? "swiglu " : "relu2 ") + std::to_string(n) + "x" + std::to_string(f),
+                0, (gated ? 3.0 : 2.0) * b.eb * double(n * f), s);
+      points.back().features = {double(n * f), gated ? 1.0 : 0.0};
+    }
+}
+
 // Dispatch: the fixed cost of one framework operator on small tensors (the per-operator
 // overhead of eager execution: dispatch, stride handling, allocation), measured on a mix
 // shaped like one token through an eager norm + attention step (4-D views, casts, a cache
@@ -1098,6 +1117,28 @@ void fit_mamba_mixers(HardwareProfile& h, const std::vector<CalibrationPoint>& p
   }
 }
 
+// An activation point's operators (gated: cast, SiLU, cast, product; plain: ReLU, square), each
+// at the per-operator overhead.
+double activation_dispatch(const HardwareProfile& h, bool gated) { return (gated ? 4.0 : 2.0) * h.kernel_overhead_s; }
+
+// The activation costs (HardwareProfile::ActivationCost): per kind, the slope of the line
+// through its points' times over their elements (fit_linear: relative least squares); its
+// intercept is the operators' dispatch, which the engine's extra_ops charge.
+void fit_activations(HardwareProfile& h, const std::vector<CalibrationPoint>& points) {
+  for (const bool gated : {true, false}) {
+    std::vector<double> x, t;
+    for (const auto& p : points)
+      if (p.kind == "activation" && (p.features.at(1) > 0) == gated) x.push_back(p.features[0]), t.push_back(p.seconds);
+    if (x.size() >= 2) (gated ? h.activation.gated_element_s : h.activation.plain_element_s) = fit_linear(x, t).first;
+  }
+}
+
+// An activation point's time by the profile: its elements at the fitted rate and its dispatch.
+double activation_seconds(const HardwareProfile& h, const std::vector<double>& f) {
+  const bool gated = f.at(1) > 0;
+  return f.at(0) * (gated ? h.activation.gated_element_s : h.activation.plain_element_s) + activation_dispatch(h, gated);
+}
+
 // Each point's time by the fitted profile; the mean absolute percentage error.
 double score_points(const HardwareProfile& h, const EngineProfile& engine, std::vector<CalibrationPoint>& points,
                     const std::string& dtype, double eb) {
@@ -1107,6 +1148,7 @@ double score_points(const HardwareProfile& h, const EngineProfile& engine, std::
                     : p.kind == "model_decode" ? model_decode_seconds(h, engine, p.features, dtype)
                     : p.kind == "gemm" && h.gemm_line.measured && p.features.size() == 3
                         ? h.gemm_line.seconds(p.features[2], p.features[1], p.features[0])
+                    : p.kind == "activation" ? activation_seconds(h, p.features)
                     : p.kind == "mamba_prefill" || p.kind == "mamba_step"
                         ? mamba_mixer_seconds(h, p.kind == "mamba_step", p.features)
                     : p.kind == "gemv" || (p.kind.size() > 7 && p.kind.compare(p.kind.size() - 7, 7, "_decode") == 0)
@@ -1217,6 +1259,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
     timed("copies + elementwise + dispatch", [&] {
       measure_copies(b, pts);
       measure_elementwise(b, pts);
+      if (o.device == "cpu") measure_activations(b, pts);
       measure_dispatch(b, pts);
     });
   }
@@ -1232,6 +1275,7 @@ CalibrationResult calibrate(const CalibrationOptions& o) {
   fit_roofline(h, r.points, overhead);
   if (o.device == "cpu") fit_gemm_line(h, r.points);
   fit_mamba_mixers(h, r.points);
+  fit_activations(h, r.points);
   fit_decode_steps(h, r.points, b.eb);
   // Last: the whole-model steps' and prefills' rests are what the fitted profile above leaves over.
   const EngineProfile engine = load_engine(kPrefillEngine, o.configs_dir.empty() ? default_configs_dir() : o.configs_dir);

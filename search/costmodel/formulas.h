@@ -292,7 +292,7 @@ class Evaluator {
     }
     // dense MLP
     T mlp = gemm(2.0 * N * h * d.ffn * d.mlp_mats, h * d.ffn * d.mlp_mats, N * (2.0 * h + d.ffn * d.mlp_mats), N) +
-            mem_op(2.0 * N * h);
+            activation(N * d.ffn, d.mlp_mats) + mem_op(2.0 * N * h);
     // MoE: router, latent projections, shared expert, routed experts as a grouped GEMM over
     // the experts this many tokens touch: E (1 - (1 - k/E)^n) under uniform routing.
     T touched = experts_touched(d.experts, d.top_k, n);
@@ -301,7 +301,8 @@ class Evaluator {
             (d.shared_ffn / O::maximum(d.shared_ffn, 1.0)) *
                 gemm(2.0 * N * h * d.shared_ffn * d.moe_mats, h * d.shared_ffn * d.moe_mats,
                      N * (2.0 * h + d.shared_ffn * d.moe_mats), N) +
-            routed_experts(N, touched, d.moe_mats * d.moe_width * d.expert_ffn) + mem_op(2.0 * N * h);
+            routed_experts(N, touched, d.moe_mats * d.moe_width * d.expert_ffn) +
+            activation(N * (d.shared_ffn + d.top_k * d.expert_ffn), d.moe_mats) + mem_op(2.0 * N * h);
     T total = d.attn_keep * attn + d.mamba_keep * mamba + d.mlp_keep * mlp + d.moe_keep * moe;
     // Framework operators an eager engine dispatches besides the modelled ones (engine
     // extra_ops, each at the hardware's per-operator overhead).
@@ -316,6 +317,16 @@ class Evaluator {
                                          d.moe_keep * (shared * (d.moe_mats - 1.0) + latent + touched * (d.moe_mats - 1.0))
                                    : one() * 0.0;
     return total + ops * hw_.kernel_overhead_s + calls * gemm_call_s();
+  }
+
+  // The MLP / expert activation over `elems` elements of a block of `mats` matrices (3: gated,
+  // SwiGLU; 2: plain, squared ReLU) as measured (HardwareProfile::ActivationCost; 0 where it
+  // was not, and where a GEMM epilogue fuses it).
+  template <typename E, typename M>
+  T activation(const E& elems, const M& mats) const {
+    const auto& a = hw_.activation;
+    T gated = O::minimum(O::maximum(mats - 2.0, 0.0), 1.0);
+    return elems * (gated * a.gated_element_s + (1.0 - gated) * a.plain_element_s);
   }
 
   // A GEMM of a [out, in] weight over `rows` rows on a profile with a measured decode step: the

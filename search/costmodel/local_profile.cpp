@@ -126,6 +126,8 @@ std::string cached_profile_problem(const std::string& path, const HardwareProfil
     return "profile '" + hw.id + "' has no cold model prefill measured";
   if (hw.decode.measured && !hw.gemm_line.measured)  // cached before the GEMM line was fitted
     return "profile '" + hw.id + "' has no measured GEMM line (fixed, per weight byte, per FLOP)";
+  if (hw.decode.measured && !hw.activation.measured())  // cached before the MLP activation was timed
+    return "profile '" + hw.id + "' has no MLP activation (SwiGLU, squared ReLU) measured";
   if (const std::string busy = busy_warning(hw, trust.max_other_cores); !busy.empty()) {
     const double now = dist::measure_other_cores(0.5);
     if (now >= 0 && now <= trust.max_other_cores) return busy + "; the machine is quiet now";

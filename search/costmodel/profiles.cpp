@@ -193,6 +193,11 @@ std::vector<std::pair<const char*, double*>> prefill_step_fields(HardwareProfile
   return {{"model_fixed_s", &c.model_fixed}, {"model_per_element_s", &c.model_per_element}};
 }
 
+// The activation block's JSON fields (HardwareProfile::ActivationCost), in file order.
+std::vector<std::pair<const char*, double*>> activation_fields(HardwareProfile::ActivationCost& c) {
+  return {{"gated_element_s", &c.gated_element_s}, {"plain_element_s", &c.plain_element_s}};
+}
+
 // A block of measured costs at `key`: an object whose fields are `fields` (numbers >= 0, each
 // required unless `optional` says so) and nothing else.
 void read_cost_block(Fields& f, const json& j, const std::string& key, const std::string& what,
@@ -286,6 +291,8 @@ HardwareProfile hardware_from_json(const json& j, const std::string& path) {
     read_cost_block(f, j, "prefill_step", "measured whole-model prefill costs", prefill_step_fields(h.prefill));
     h.prefill.measured = true;
   }
+  if (f.has("activation"))
+    read_cost_block(f, j, "activation", "measured MLP activation costs", activation_fields(h.activation));
   if (f.has("interconnect")) {  // optional, for training plans (search/plan/plan.h)
     const json& x = j.at("interconnect");
     if (!x.is_object()) f.fail("interconnect", "expected an object with intra_node_bandwidth, inter_node_bandwidth");
@@ -400,6 +407,12 @@ json hardware_to_json(const HardwareProfile& h) {
     json x = json::object();
     for (const auto& [name, ptr] : prefill_step_fields(c)) x[name] = *ptr;
     j["prefill_step"] = x;
+  }
+  if (h.activation.measured()) {
+    auto c = h.activation;
+    json x = json::object();
+    for (const auto& [name, ptr] : activation_fields(c)) x[name] = *ptr;
+    j["activation"] = x;
   }
   return j;
 }

@@ -148,6 +148,16 @@ struct HardwareProfile {
     bool measured = false;
     double model_fixed = 0, model_per_element = 0;
   } prefill;
+  // Measured MLP / expert activation, CPU profiles only: seconds per element of the [tokens x
+  // ffn] intermediate that model::mlp_activation computes between the GEMMs (gated: SwiGLU,
+  // SiLU in fp32 and cast back, times up; plain: squared ReLU). Fitted by `cost calibrate` on
+  // the activation points (docs/costmodel.md "The MLP activation"); charged on prefill chunks
+  // (a measured decode step's rest holds it already). 0 (GPU and literature profiles, CPU
+  // profiles from before it): nothing charged, as a GEMM epilogue that fuses it costs nothing.
+  struct ActivationCost {
+    double gated_element_s = 0, plain_element_s = 0;
+    bool measured() const { return gated_element_s > 0 || plain_element_s > 0; }
+  } activation;
   // The profile's own calibration measurements ("kind shape" -> median seconds, from the
   // `measurements` block `cost calibrate` writes; empty for the literature GPU profiles):
   // `cost validate` re-times a few of them to say how fast this machine runs now.

@@ -18,6 +18,7 @@
 #include "dist/error.h"
 #include "model/kernels_version.h"
 #include "model/layers/common.h"
+#include "model/layers/selective_recompute.h"
 #include "search/costmodel/calibrate.h"
 #include "search/costmodel/cost_model.h"
 #include "search/costmodel/local_profile.h"
@@ -141,6 +142,14 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   EXPECT_TRUE(re_line.calibrated);
   EXPECT_NE(why.find("no measured GEMM line"), std::string::npos) << why;
   EXPECT_TRUE(re_line.profile.gemm_line.measured);
+  // So is one cached before the MLP activation was timed (its prefills would miss it).
+  nlohmann::json no_act = r.to_json();
+  no_act.erase("activation");
+  std::ofstream(path) << no_act.dump();
+  const LocalProfile re_act = local_profile(cache, o, [&](const std::string&, const std::string& w) { why = w; }, trust);
+  EXPECT_TRUE(re_act.calibrated);
+  EXPECT_NE(why.find("no MLP activation"), std::string::npos) << why;
+  EXPECT_TRUE(re_act.profile.activation.measured());
   std::filesystem::remove_all(cache);
   // A GEMM shape outside the fitted set is predicted within a factor of 5 (the CI machine is
   // 2 cores shared by several builds: this catches unit and fitting errors, not noise). Timed
@@ -240,6 +249,21 @@ TEST(CostCalibrate, QuickCalibrationFitsAndPredicts) {
   for (const CalibrationPoint& p : r.points)
     if (p.kind == "model_prefill") ++prefills, expect_within(p.predicted_s, p.seconds, 2.0);
   EXPECT_EQ(prefills, 4);  // quick: two sizes, one and two blocks, one prompt length
+  // The MLP activation is timed as the model runs it (gated SwiGLU and squared ReLU), written and
+  // read back, each point predicted within 2x, and a size it was not fitted on within 3x.
+  ASSERT_GT(h.activation.gated_element_s, 0);
+  ASSERT_GT(h.activation.plain_element_s, 0);
+  EXPECT_DOUBLE_EQ(back.activation.gated_element_s, h.activation.gated_element_s);
+  EXPECT_DOUBLE_EQ(back.activation.plain_element_s, h.activation.plain_element_s);
+  int activations = 0;
+  for (const CalibrationPoint& p : r.points)
+    if (p.kind == "activation") ++activations, expect_within(p.predicted_s, p.seconds, 2.0);
+  EXPECT_EQ(activations, 2 * 2);  // quick: two sizes of each kind
+  auto gate = torch::randn({384, 1536}, dt), up = torch::randn({384, 1536}, dt);
+  const auto swiglu = ac::model::MlpActivation::SwiGLU;
+  (void)ac::model::mlp_activation(gate, up, swiglu);
+  const double act = fastest(9, [&] { (void)ac::model::mlp_activation(gate, up, swiglu); });
+  expect_within(384.0 * 1536 * h.activation.gated_element_s + 4 * h.kernel_overhead_s, act, 3.0);
 }
 
 TEST(CostCalibrate, MambaMixerCostFieldsAreChecked) {
@@ -509,6 +533,33 @@ TEST(CostCalibrate, PrefillStepCostFieldsAreChecked) {
     EXPECT_DOUBLE_EQ(predict(spec, h, eager, w).tpot_s, predict(spec, bare, eager, w).tpot_s);
   }
   expect_block_checked(j, "prefill_step", {"model_fixed_s", "model_per_element_s"});
+}
+
+TEST(CostCalibrate, ActivationCostFieldsAreChecked) {
+  const WithBlock b = with_block("activation", {{"gated_element_s", 3e-9}, {"plain_element_s", 1e-9}});
+  const HardwareProfile &bare = b.bare, &h = b.h;
+  EXPECT_FALSE(bare.activation.measured());  // GPU profiles: fused into the GEMMs, nothing charged
+  EXPECT_TRUE(h.activation.measured());
+  // Charged per element of each MLP's and expert's [tokens x ffn] intermediate, at the gated rate
+  // for a SwiGLU MLP and the plain one for squared ReLU (a MoE's shared expert and each token's
+  // top_k routed experts): 96 tokens of a prefill, one of a decode step.
+  ac::model::ArchSpec spec;
+  spec.hidden_size = 256, spec.vocab_size = 4096, spec.dtype = "bfloat16";
+  ac::model::LayerSpec swiglu, relu2, moe;
+  swiglu.mlp = ac::model::MlpSpec{768, ac::model::MlpActivation::SwiGLU};
+  relu2.mlp = ac::model::MlpSpec{512, ac::model::MlpActivation::ReLU2};
+  moe.moe = ac::model::MoeSpec{};
+  moe.moe->num_experts = 8, moe.moe->top_k = 2, moe.moe->expert_ffn = 128, moe.moe->shared_ffn = 384;
+  moe.moe->activation = ac::model::MlpActivation::ReLU2;
+  spec.layers = {swiglu, relu2, moe};
+  Workload w;
+  w.id = "w", w.prompt_tokens = 96, w.output_tokens = 8, w.context_tokens = 104, w.concurrency = 1;
+  EngineProfile eager = load_engine("local-eager", AC_SOURCE_DIR "/configs");
+  eager.max_num_seqs = 1;
+  const double per_token = 768 * 3e-9 + (512 + 384 + 2 * 128) * 1e-9;
+  EXPECT_NEAR(predict(spec, h, eager, w).ttft_s - predict(spec, bare, eager, w).ttft_s, 96 * per_token, 1e-12);
+  EXPECT_NEAR(predict(spec, h, eager, w).tpot_s - predict(spec, bare, eager, w).tpot_s, per_token, 1e-12);
+  expect_block_checked(b.j, "activation", {"gated_element_s", "plain_element_s"});
 }
 
 TEST(CostCalibrate, GemmLineFieldsAreChecked) {
