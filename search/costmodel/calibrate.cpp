@@ -954,7 +954,7 @@ void measure_elementwise(const Bench& b, std::vector<CalibrationPoint>& points) 
 
 // The MLP / expert activation as the model runs it between its GEMMs (model::mlp_activation on
 // [tokens, ffn]): gated SwiGLU (its SiLU in fp32, cast back, times up) and plain squared ReLU,
-// at 128-4096 tokens of 768-3072 features. Features {elements, gated}.
+// at 128-2048 tokens of 768-3072 features (L2-resident to several MiB). Features {elements, gated}.
 void measure_activations(const Bench& b, std::vector<CalibrationPoint>& points) {
   const std::vector<std::pair<int64_t, int64_t>> sizes =
       b.o.quick ? std::vector<std::pair<int64_t, int64_t>>{{128, 768}, {1024, 2048}}
