@@ -198,6 +198,13 @@ std::vector<std::pair<const char*, double*>> activation_fields(HardwareProfile::
   return {{"gated_element_s", &c.gated_element_s}, {"plain_element_s", &c.plain_element_s}};
 }
 
+// A block of measured costs as written: each of `fields` by its name.
+json cost_block_json(const std::vector<std::pair<const char*, double*>>& fields) {
+  json x = json::object();
+  for (const auto& [name, ptr] : fields) x[name] = *ptr;
+  return x;
+}
+
 // A block of measured costs at `key`: an object whose fields are `fields` (numbers >= 0, each
 // required unless `optional` says so) and nothing else.
 void read_cost_block(Fields& f, const json& j, const std::string& key, const std::string& what,
@@ -391,9 +398,7 @@ json hardware_to_json(const HardwareProfile& h) {
                   {"step_fixed_s", h.mamba.step_fixed}};
   if (h.gemm_line.measured) {
     auto c = h.gemm_line;
-    json x = json::object();
-    for (const auto& [name, ptr] : gemm_line_fields(c)) x[name] = *ptr;
-    j["gemm_line"] = x;
+    j["gemm_line"] = cost_block_json(gemm_line_fields(c));
   }
   if (h.decode.measured) {
     auto c = h.decode;
@@ -404,15 +409,11 @@ json hardware_to_json(const HardwareProfile& h) {
   }
   if (h.prefill.measured) {
     auto c = h.prefill;
-    json x = json::object();
-    for (const auto& [name, ptr] : prefill_step_fields(c)) x[name] = *ptr;
-    j["prefill_step"] = x;
+    j["prefill_step"] = cost_block_json(prefill_step_fields(c));
   }
   if (h.activation.measured()) {
     auto c = h.activation;
-    json x = json::object();
-    for (const auto& [name, ptr] : activation_fields(c)) x[name] = *ptr;
-    j["activation"] = x;
+    j["activation"] = cost_block_json(activation_fields(c));
   }
   return j;
 }
